@@ -1,0 +1,42 @@
+"""The ``openforge`` command line. Each part registers its sub-commands here."""
+
+from __future__ import annotations
+
+import typer
+
+from infra.cli import demo, model, services
+
+app = typer.Typer(
+    name="openforge",
+    help="Train LLM agents with RL inside their real harnesses.",
+    no_args_is_help=True,
+    pretty_exceptions_show_locals=False,
+)
+app.add_typer(services.app, name="services")
+app.add_typer(model.app, name="model")
+app.command("demo")(demo.demo)
+
+
+@app.command()
+def version() -> None:
+    """Print the installed OpenForge version and the pinned service versions."""
+    from importlib.metadata import version as dist_version
+
+    from infra.paths import versions
+
+    typer.echo(f"openforge {dist_version('openforge')}")
+    for key, value in versions().items():
+        typer.echo(f"  {key.lower()}: {value}")
+
+
+def main() -> None:
+    """Console-script entry point: our errors print their message, not a traceback."""
+    from rich.console import Console
+
+    from schemas.errors import OpenForgeError
+
+    try:
+        app()
+    except OpenForgeError as exc:
+        Console(stderr=True).print(f"[bold red]error:[/] {exc}")
+        raise SystemExit(1) from None

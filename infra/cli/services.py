@@ -1,0 +1,57 @@
+"""``openforge services``: run the local services (Kafka broker, vLLM) until Ctrl-C."""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+app = typer.Typer(help="Local services: a Kafka broker and a vLLM server.", no_args_is_help=True)
+
+
+@app.command("up")
+def up(
+    kafka: Annotated[bool, typer.Option(help="Start a Kafka broker.")] = True,
+    vllm: Annotated[bool, typer.Option(help="Start a vLLM server.")] = True,
+    model_dir: Annotated[
+        Path | None,
+        typer.Option("--model", help="Model directory for vLLM (default: the tiny model)."),
+    ] = None,
+) -> None:
+    """Start the services, print their addresses, and stop them cleanly on Ctrl-C."""
+    from infra.cli.model import default_tiny_dir
+    from infra.local.kafka import KafkaBroker
+    from infra.local.vllm import VLLMServer
+    from infra.tiny_model import build_tiny_model
+
+    console = Console()
+    # SIGTERM stops us as cleanly as Ctrl-C does.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    with contextlib.ExitStack() as stack:
+        if kafka:
+            with console.status("starting Kafka broker"):
+                broker = stack.enter_context(KafkaBroker())
+            console.print(f"[green]kafka[/]  {broker.url}  (log: {broker.log_path})")
+        if vllm:
+            model = model_dir or build_tiny_model(default_tiny_dir())
+            with console.status(f"starting vLLM on {model}"):
+                server = stack.enter_context(VLLMServer(model))
+            console.print(
+                f"[green]vllm[/]   {server.base_url}/v1  model={server.served_model_name}  "
+                f"(log: {server.log_path})"
+            )
+        console.print("running; press Ctrl-C to stop")
+        try:
+            while True:
+                time.sleep(1.0)
+                if kafka:
+                    broker.check_alive()
+                if vllm:
+                    server.check_alive()
+        except KeyboardInterrupt:
+            console.print("stopping")

@@ -1,0 +1,172 @@
+"""A supervised local service process: started with a log file, probed until ready, stopped cleanly.
+
+Each service runs in its own process group and carries ``OPENFORGE_SERVICE_ID`` in its
+environment, which every descendant inherits; :func:`leftover_processes` finds any process still
+carrying one, so a test suite can check that it left nothing behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+from schemas.errors import ServiceError
+
+SERVICE_ID_ENV = "OPENFORGE_SERVICE_ID"
+
+
+def free_port() -> int:
+    """An unused TCP port on the loopback interface."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def port_open(port: int, host: str = "127.0.0.1") -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.settimeout(0.5)
+        return sock.connect_ex((host, port)) == 0
+
+
+def tail(path: Path, lines: int = 40) -> str:
+    """The last ``lines`` lines of a log file ('' if there is none)."""
+    try:
+        data = path.read_bytes()[-64_000:]
+    except FileNotFoundError:
+        return ""
+    return "\n".join(data.decode("utf-8", "replace").splitlines()[-lines:])
+
+
+class ServiceProcess:
+    """One service process. Use :meth:`start`, :meth:`wait_ready` and :meth:`stop`."""
+
+    def __init__(
+        self,
+        name: str,
+        argv: Sequence[str],
+        log_path: Path,
+        env: Mapping[str, str] | None = None,
+        cwd: Path | None = None,
+    ) -> None:
+        self.name = name
+        self.argv = list(argv)
+        self.log_path = log_path
+        self.env = dict(env) if env is not None else dict(os.environ)
+        self.cwd = cwd
+        # "<owner pid>.<name>.<random>": the owner is the process that started the service.
+        self.service_id = f"{os.getpid()}.{name}.{uuid.uuid4().hex[:12]}"
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc else None
+
+    def start(self) -> None:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        env = dict(self.env)
+        env[SERVICE_ID_ENV] = self.service_id
+        with open(self.log_path, "ab") as log:
+            log.write(f"\n=== {time.strftime('%F %T')} starting: {' '.join(self.argv)}\n".encode())
+            log.flush()
+            try:
+                self._proc = subprocess.Popen(
+                    self.argv,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    env=env,
+                    cwd=self.cwd,
+                    start_new_session=True,
+                )
+            except OSError as exc:
+                raise ServiceError(f"{self.name}: cannot start {self.argv[0]}: {exc}") from exc
+
+    def poll(self) -> int | None:
+        """The exit code if the process has exited, else None."""
+        return self._proc.poll() if self._proc else None
+
+    def check_alive(self) -> None:
+        """Raise :class:`ServiceError` with the log's tail if the process has exited."""
+        code = self.poll()
+        if code is not None:
+            raise ServiceError(
+                f"{self.name} exited with code {code}. Last lines of {self.log_path}:\n"
+                f"{tail(self.log_path)}"
+            )
+
+    def wait_ready(self, probe: Callable[[], bool], timeout: float, interval: float = 0.25) -> None:
+        """Poll ``probe`` until it returns True; fail fast if the process dies or time runs out."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            self.check_alive()
+            with contextlib.suppress(Exception):
+                if probe():
+                    return
+            time.sleep(interval)
+        self.stop()
+        raise ServiceError(
+            f"{self.name} was not ready after {timeout:.0f}s. Last lines of {self.log_path}:\n"
+            f"{tail(self.log_path)}"
+        )
+
+    def stop(self, grace: float = 15.0) -> None:
+        """SIGTERM the process group, then SIGKILL whatever is left after ``grace`` seconds."""
+        if self._proc is None:
+            return
+        pgid = self._proc.pid
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pgid, signal.SIGTERM)
+        try:
+            self._proc.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pgid, signal.SIGKILL)
+            self._proc.wait(timeout=10)
+        # Descendants that left the group (daemons) still carry our service id.
+        kill_tagged(self.service_id)
+        self._proc = None
+
+
+def _tagged_pids(prefix: str) -> list[int]:
+    needle = f"{SERVICE_ID_ENV}={prefix}".encode()
+    found: list[int] = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes()
+        except OSError:
+            continue
+        if any(item.startswith(needle) for item in environ.split(b"\0")):
+            found.append(int(entry.name))
+    return found
+
+
+def kill_tagged(service_id: str, timeout: float = 10.0) -> None:
+    """SIGKILL every process still carrying ``service_id`` and wait for them to go."""
+    for pid in _tagged_pids(service_id):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + timeout
+    while _tagged_pids(service_id) and time.monotonic() < deadline:
+        time.sleep(0.1)
+
+
+def leftover_processes(owner: int | None = None) -> list[int]:
+    """Pids of live (non-zombie) service processes started by process ``owner`` (default: us)."""
+    alive = []
+    for pid in _tagged_pids(f"{owner if owner is not None else os.getpid()}."):
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if state != "Z":
+            alive.append(pid)
+    return alive

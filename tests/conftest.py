@@ -1,0 +1,50 @@
+"""Session fixtures that start the real local services, and the suite's leftover-process check.
+
+Services start lazily: a test run that needs no broker starts none.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from infra.local.kafka import KafkaBroker
+from infra.local.process import kill_tagged, leftover_processes
+from infra.local.vllm import VLLMServer
+from infra.tiny_model import build_tiny_model
+
+TINY_SEED = 0
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny model, built once per session (cached across sessions under the cache dir)."""
+    from infra.cli.model import default_tiny_dir
+
+    return build_tiny_model(default_tiny_dir(TINY_SEED), seed=TINY_SEED)
+
+
+@pytest.fixture(scope="session")
+def kafka_broker() -> Iterator[KafkaBroker]:
+    with KafkaBroker() as broker:
+        yield broker
+
+
+@pytest.fixture(scope="session")
+def vllm_server(tiny_model_dir: Path) -> Iterator[VLLMServer]:
+    with VLLMServer(tiny_model_dir, served_model_name="tiny") as server:
+        yield server
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Fail the run if any service process outlived its fixture (and clean it up)."""
+    left = leftover_processes(os.getpid())
+    if left:
+        session.config.pluginmanager.get_plugin("terminalreporter").write_line(  # type: ignore[union-attr]
+            f"FAILED: service processes left running after the suite: {left}", red=True
+        )
+        kill_tagged(f"{os.getpid()}.")
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
