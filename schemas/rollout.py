@@ -1,0 +1,49 @@
+"""RolloutEvent: a rollout's lifecycle (started, finished, failed, timed out)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+
+from schemas.enums import RolloutPhase
+
+
+@dataclass(frozen=True, slots=True)
+class RolloutEvent:
+    event_id: str
+    rollout_id: str
+    phase: RolloutPhase
+    at_us: int  # when this phase was reached, microseconds since the Unix epoch
+    task_id: str | None = None
+    group_id: str | None = None  # rollouts of one task that are compared (GRPO group)
+    harness: str | None = None
+    harness_version: str | None = None
+    backend: str | None = None  # rollout backend: "local", "kubernetes", ...
+    exit_code: int | None = None
+    duration_s: float | None = None  # from start to this phase
+    message: str | None = None  # what went wrong, for failed and timed out
+    metadata: dict[str, str] = field(default_factory=dict)
+    schema_version: int = 1
+
+    SCHEMA_NAME = "rollout"
+
+
+ROLLOUT_SCHEMA = pa.schema(
+    [
+        pa.field("schema_version", pa.int16(), nullable=False),
+        pa.field("event_id", pa.string(), nullable=False),
+        pa.field("rollout_id", pa.string(), nullable=False),
+        pa.field("phase", pa.string(), nullable=False),
+        pa.field("at_us", pa.int64(), nullable=False),
+        pa.field("task_id", pa.string()),
+        pa.field("group_id", pa.string()),
+        pa.field("harness", pa.string()),
+        pa.field("harness_version", pa.string()),
+        pa.field("backend", pa.string()),
+        pa.field("exit_code", pa.int32()),
+        pa.field("duration_s", pa.float64()),
+        pa.field("message", pa.string()),
+        pa.field("metadata", pa.map_(pa.string(), pa.string()), nullable=False),
+    ]
+)
