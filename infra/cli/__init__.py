@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from infra.cli import demo, model, services
+from infra.cli import demo, model, proxy, services
 
 app = typer.Typer(
     name="openforge",
@@ -15,6 +15,7 @@ app = typer.Typer(
 app.add_typer(services.app, name="services")
 app.add_typer(model.app, name="model")
 app.command("demo")(demo.demo)
+app.command("proxy")(proxy.proxy)
 
 
 @app.command()

@@ -1,0 +1,72 @@
+"""``openforge proxy``: serve the capture proxy in front of a model server."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+
+def proxy(
+    upstream: Annotated[
+        str, typer.Option(help="Model server base URL (vLLM), e.g. http://127.0.0.1:8000.")
+    ],
+    log: Annotated[
+        str, typer.Option(help="Event log: kafka://HOST:PORT or local:DIR.")
+    ] = "local:events",
+    host: Annotated[str, typer.Option(help="Address to bind.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to bind.")] = 8100,
+    model: Annotated[
+        str | None, typer.Option(help="Upstream model name (default: its first).")
+    ] = None,
+    tokenizer: Annotated[
+        Path | None, typer.Option(help="Tokenizer dir (default: upstream root).")
+    ] = None,
+    upstream_kind: Annotated[str, typer.Option(help="completions or generate.")] = "completions",
+    spool: Annotated[Path, typer.Option(help="Spool dir for events while the log is down.")] = Path(
+        "spool"
+    ),
+    admin_token: Annotated[
+        str | None, typer.Option(envvar="OPENFORGE_ADMIN_TOKEN", help="Token for /admin.")
+    ] = None,
+    auto_register: Annotated[
+        bool, typer.Option(help="Register unknown path rollout ids on first use.")
+    ] = False,
+    require_keys: Annotated[bool, typer.Option(help="Path rollouts with a key need it.")] = False,
+    open_mode: Annotated[
+        bool, typer.Option("--open", help="Attribute plain /v1 calls by session.")
+    ] = False,
+    session_header: Annotated[
+        list[str] | None, typer.Option(help="Extra session header (open mode).")
+    ] = None,
+    no_bodies: Annotated[bool, typer.Option(help="Do not record request/response bodies.")] = False,
+    max_concurrency: Annotated[int, typer.Option(help="Requests in flight before 429.")] = 256,
+    policy_version: Annotated[int, typer.Option(help="Initial policy version.")] = 0,
+    pause_mode: Annotated[str, typer.Option(help="During weight swaps: wait or reject.")] = "wait",
+) -> None:
+    """Serve the capture proxy: harnesses talk to it, it records every completion."""
+    import uvicorn
+
+    from proxy.app import create_app
+    from proxy.config import ProxyConfig
+
+    config = ProxyConfig(
+        upstream_url=upstream,
+        upstream_model=model,
+        upstream_kind=upstream_kind,
+        tokenizer=tokenizer,
+        log_url=log,
+        spool_dir=spool,
+        admin_token=admin_token,
+        auto_register=auto_register,
+        require_keys=require_keys,
+        open_mode=open_mode,
+        record_bodies=not no_bodies,
+        max_concurrency=max_concurrency,
+        policy_version=policy_version,
+        pause_mode=pause_mode,
+    )
+    if session_header:
+        config.session_headers = [*session_header, *config.session_headers]
+    uvicorn.run(create_app(config), host=host, port=port, log_level="warning", access_log=False)

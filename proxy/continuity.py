@@ -1,0 +1,195 @@
+"""Token continuity: which thread a call belongs to, how its history relates to that thread's
+last call, and the prompt token ids to send upstream.
+
+When a request resends the history this rollout's thread recorded (the last call's messages plus
+the assistant turn we answered), the prompt is the last call's prompt + completion ids exactly,
+followed by the rendering of only the new messages (token-in). Otherwise the prompt is rendered in
+full and the mismatch is classified. Generated tokens are never re-derived from text.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from proxy.canonical import Generation, Message, TurnRequest
+from proxy.render import Renderer, canonical_json
+from schemas.delta import common_prefix
+from schemas.enums import CompletionStatus, ContinuityClass
+
+
+@dataclass(slots=True)
+class LastCall:
+    """What a thread remembers of its latest call."""
+
+    event_id: str
+    messages: list[Message]
+    tools_key: str
+    assistant: Message | None  # what we answered; None if nothing was generated
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    status: CompletionStatus
+
+    def expected(self) -> list[Message]:
+        """The history a harness resends next: these messages plus our answer."""
+        return self.messages + ([self.assistant] if self.assistant is not None else [])
+
+
+@dataclass(slots=True)
+class Thread:
+    thread_id: str
+    side_call: bool
+    last: LastCall | None = None
+
+
+@dataclass(slots=True)
+class Plan:
+    """The decision for one call, made before it goes upstream."""
+
+    thread: Thread
+    continuity: ContinuityClass
+    prompt_ids: list[int]
+    retry_of: str | None = None
+    parent_event_id: str | None = None
+    tools_key: str = ""
+    rendered: bool = True  # False when the prompt reuses recorded ids (token-in)
+
+
+def _head(messages: list[Message]) -> int:
+    """Number of leading system messages (shared by unrelated threads, so not evidence)."""
+    n = 0
+    while n < len(messages) and messages[n].get("role") == "system":
+        n += 1
+    return n
+
+
+def classify(messages: list[Message], expected: list[Message]) -> ContinuityClass:
+    """Why ``messages`` is not an extension of ``expected``."""
+    k = common_prefix(messages, expected)
+    rest_m, rest_e = messages[k:], expected[k:]
+    if k <= _head(messages):
+        return (
+            ContinuityClass.COMPACTED
+            if len(messages) < len(expected)
+            else ContinuityClass.UNRELATED
+        )
+    if k == len(expected):
+        return ContinuityClass.REWRITTEN  # same history, but tools or the template changed
+    for j in range(1, len(rest_e) + 1):
+        tail = rest_e[j:]
+        if (tail and rest_m[: len(tail)] == tail) or (not tail and len(rest_m) < len(rest_e)):
+            return ContinuityClass.DROPPED
+    for j in range(1, len(rest_m)):
+        if rest_m[j : j + len(rest_e)] == rest_e:
+            return ContinuityClass.INJECTED
+    if len(messages) < len(expected) // 2:
+        return ContinuityClass.COMPACTED
+    return ContinuityClass.REWRITTEN
+
+
+@dataclass
+class ContinuityTracker:
+    """Per-rollout thread state. Not thread-safe: the caller serialises plan and commit."""
+
+    rollout_id: str
+    threads: list[Thread] = field(default_factory=list)
+    main_model: str | None = None
+    last_event_id: str | None = None
+
+    def _match(self, messages: list[Message]) -> Thread | None:
+        head = _head(messages)
+        best, score = None, head
+        for thread in self.threads:
+            if thread.last is None:
+                continue
+            s = max(
+                common_prefix(messages, thread.last.expected()),
+                common_prefix(messages, thread.last.messages),
+            )
+            if s > score:
+                best, score = thread, s
+        return best
+
+    def plan(self, req: TurnRequest, renderer: Renderer) -> Plan:
+        msgs, tools_key = req.messages, canonical_json(req.tools)
+        if self.main_model is None and req.tools:
+            self.main_model = req.model
+        thread = self._match(msgs)
+
+        def rendered() -> list[int]:
+            return renderer.encode(renderer.render(msgs, req.tools, generation=True))
+
+        if thread is None or thread.last is None:
+            side = (self.main_model is not None and req.model != self.main_model) or (
+                not req.tools and self.main_model is not None
+            )
+            thread = Thread(f"{self.rollout_id}/t{len(self.threads)}", side_call=side)
+            self.threads.append(thread)
+            parent = self.last_event_id if len(self.threads) > 1 and not side else None
+            return Plan(
+                thread,
+                ContinuityClass.FIRST,
+                rendered(),
+                parent_event_id=parent,
+                tools_key=tools_key,
+            )
+
+        last = thread.last
+        if msgs == last.messages:  # the same turn again
+            same_tools = tools_key == last.tools_key
+            return Plan(
+                thread,
+                ContinuityClass.RETRY,
+                list(last.prompt_ids) if same_tools else rendered(),
+                retry_of=last.event_id,
+                tools_key=tools_key,
+                rendered=not same_tools,
+            )
+        if (
+            last.status is not CompletionStatus.OK
+            and len(msgs) == len(last.messages)
+            and msgs[:-1] == last.messages[:-1]
+        ):  # a failed turn, resent with a rewritten prompt
+            return Plan(
+                thread,
+                ContinuityClass.RETRY,
+                rendered(),
+                retry_of=last.event_id,
+                tools_key=tools_key,
+            )
+        expected = last.expected()
+        if (
+            last.assistant is not None
+            and last.status is CompletionStatus.OK
+            and tools_key == last.tools_key
+            and len(msgs) > len(expected)
+            and msgs[: len(expected)] == expected
+        ):
+            suffix = renderer.continuation(
+                last.messages, last.assistant, last.completion_ids, msgs, req.tools
+            )
+            if suffix is not None:
+                return Plan(
+                    thread,
+                    ContinuityClass.EXACT,
+                    [*last.prompt_ids, *last.completion_ids, *suffix],
+                    tools_key=tools_key,
+                    rendered=False,
+                )
+            return Plan(thread, ContinuityClass.REWRITTEN, rendered(), tools_key=tools_key)
+        return Plan(thread, classify(msgs, expected), rendered(), tools_key=tools_key)
+
+    def commit(
+        self, plan: Plan, event_id: str, req: TurnRequest, gen: Generation, status: CompletionStatus
+    ) -> None:
+        """Remember the call as its thread's latest."""
+        generated = bool(gen.token_ids) and status is CompletionStatus.OK
+        plan.thread.last = LastCall(
+            event_id=event_id,
+            messages=req.messages,
+            tools_key=plan.tools_key,
+            assistant=gen.assistant_message() if generated else None,
+            prompt_ids=plan.prompt_ids,
+            completion_ids=list(gen.token_ids),
+            status=status,
+        )
+        self.last_event_id = event_id

@@ -1,0 +1,252 @@
+"""Anthropic Messages (https://docs.anthropic.com/en/api/messages).
+
+``tool_use`` blocks map onto canonical tool calls (arguments = the input as JSON text),
+``tool_result`` blocks onto tool messages, ``system`` onto a system message. ``thinking`` and
+image blocks carry no tokens we render here and are skipped (they stay in the recorded body).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from proxy.canonical import Generation, Message, ToolCall, TurnRequest, text_of
+from proxy.dialects import ResponseMeta, number, require, sampling_from, sse
+from schemas.enums import Dialect
+
+
+def _blocks(content: Any, i: int) -> list[dict[str, Any]]:
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}]
+    require(
+        isinstance(content, list), f"messages[{i}].content must be a string or a list", "messages"
+    )
+    for block in content:
+        require(
+            isinstance(block, dict) and isinstance(block.get("type"), str),
+            f"messages[{i}].content blocks need a type",
+            "messages",
+        )
+    return list(content)
+
+
+def _messages(raw: list[Any]) -> list[Message]:
+    out: list[Message] = []
+    for i, message in enumerate(raw):
+        require(
+            isinstance(message, dict) and message.get("role") in ("user", "assistant"),
+            f"messages[{i}].role must be 'user' or 'assistant'",
+            "messages",
+        )
+        blocks = _blocks(message.get("content"), i)
+        text = "".join(b.get("text", "") for b in blocks if b["type"] == "text")
+        if message["role"] == "assistant":
+            msg: Message = {"role": "assistant", "content": text}
+            calls = [b for b in blocks if b["type"] == "tool_use"]
+            if calls:
+                msg["tool_calls"] = [
+                    {
+                        "id": str(b.get("id", "")),
+                        "type": "function",
+                        "function": {
+                            "name": str(b.get("name", "")),
+                            "arguments": json.dumps(b.get("input", {}), ensure_ascii=False),
+                        },
+                    }
+                    for b in calls
+                ]
+            out.append(msg)
+            continue
+        for block in blocks:
+            if block["type"] == "tool_result":
+                out.append(
+                    {
+                        "role": "tool",
+                        "tool_call_id": str(block.get("tool_use_id", "")),
+                        "content": text_of(block.get("content")),
+                    }
+                )
+        if text or not any(b["type"] == "tool_result" for b in blocks):
+            out.append({"role": "user", "content": text})
+    return out
+
+
+def parse(body: dict[str, Any]) -> TurnRequest:
+    model: Any = body.get("model")
+    require(isinstance(model, str) and bool(model), "model: Field required", "model")
+    require(number(body, "max_tokens", int) is not None, "max_tokens: Field required", "max_tokens")
+    raw: Any = body.get("messages")
+    require(isinstance(raw, list) and bool(raw), "messages: must be a non-empty list", "messages")
+    messages = _messages(raw)
+    system = body.get("system")
+    require(
+        system is None or isinstance(system, str | list),
+        "system: must be a string or a list",
+        "system",
+    )
+    if system:
+        messages.insert(0, {"role": "system", "content": text_of(system)})
+    tools = []
+    for tool in body.get("tools") or []:
+        require(
+            isinstance(tool, dict) and isinstance(tool.get("name"), str),
+            "tools: each needs a name",
+            "tools",
+        )
+        if "input_schema" in tool:  # client tools; server tools (web search...) are skipped
+            tools.append(
+                {
+                    "type": "function",
+                    "function": {
+                        "name": tool["name"],
+                        "description": tool.get("description", ""),
+                        "parameters": tool["input_schema"],
+                    },
+                }
+            )
+    stream = body.get("stream", False)
+    require(isinstance(stream, bool), "stream: must be a boolean", "stream")
+    return TurnRequest(
+        dialect=Dialect.MESSAGES,
+        model=model,
+        messages=messages,
+        tools=tools,
+        sampling=sampling_from(body, "max_tokens"),
+        stream=stream,
+    )
+
+
+def _input(call: ToolCall) -> Any:
+    try:
+        value = json.loads(call.arguments)
+    except json.JSONDecodeError:
+        return {"raw": call.arguments}
+    return value if isinstance(value, dict) else {"value": value}
+
+
+def _stop_reason(gen: Generation) -> str:
+    return {"tool_calls": "tool_use", "length": "max_tokens"}.get(gen.finish(), "end_turn")
+
+
+def _usage(gen: Generation, output: int) -> dict[str, int]:
+    return {
+        "input_tokens": gen.prompt_tokens,
+        "output_tokens": output,
+        "cache_creation_input_tokens": 0,
+        "cache_read_input_tokens": 0,
+    }
+
+
+def respond(gen: Generation, req: TurnRequest, meta: ResponseMeta) -> dict[str, Any]:
+    content: list[dict[str, Any]] = []
+    if gen.content:
+        content.append({"type": "text", "text": gen.content})
+    content += [
+        {"type": "tool_use", "id": c.id, "name": c.name, "input": _input(c)} for c in gen.tool_calls
+    ]
+    return {
+        "id": meta.id,
+        "type": "message",
+        "role": "assistant",
+        "model": meta.model,
+        "content": content,
+        "stop_reason": _stop_reason(gen),
+        "stop_sequence": None,
+        "usage": _usage(gen, len(gen.token_ids)),
+    }
+
+
+class Stream:
+    def __init__(self, req: TurnRequest, meta: ResponseMeta) -> None:
+        self.req, self.meta = req, meta
+        self._index = -1
+        self._text_open = False
+
+    def start(self, prompt_tokens: int = 0) -> bytes:
+        message: dict[str, Any] = {
+            "id": self.meta.id,
+            "type": "message",
+            "role": "assistant",
+            "model": self.meta.model,
+            "content": [],
+            "stop_reason": None,
+            "stop_sequence": None,
+            "usage": {
+                "input_tokens": prompt_tokens,
+                "output_tokens": 1,
+                "cache_creation_input_tokens": 0,
+                "cache_read_input_tokens": 0,
+            },
+        }
+        return sse({"type": "message_start", "message": message}, "message_start") + sse(
+            {"type": "ping"}, "ping"
+        )
+
+    def text(self, delta: str) -> bytes:
+        out = b""
+        if not self._text_open:
+            self._index += 1
+            self._text_open = True
+            out += sse(
+                {
+                    "type": "content_block_start",
+                    "index": self._index,
+                    "content_block": {"type": "text", "text": ""},
+                },
+                "content_block_start",
+            )
+        return out + sse(
+            {
+                "type": "content_block_delta",
+                "index": self._index,
+                "delta": {"type": "text_delta", "text": delta},
+            },
+            "content_block_delta",
+        )
+
+    def _close_text(self) -> bytes:
+        if not self._text_open:
+            return b""
+        self._text_open = False
+        return sse({"type": "content_block_stop", "index": self._index}, "content_block_stop")
+
+    def tool_call(self, call: ToolCall) -> bytes:
+        out = self._close_text()
+        self._index += 1
+        out += sse(
+            {
+                "type": "content_block_start",
+                "index": self._index,
+                "content_block": {
+                    "type": "tool_use",
+                    "id": call.id,
+                    "name": call.name,
+                    "input": {},
+                },
+            },
+            "content_block_start",
+        )
+        out += sse(
+            {
+                "type": "content_block_delta",
+                "index": self._index,
+                "delta": {
+                    "type": "input_json_delta",
+                    "partial_json": json.dumps(_input(call), ensure_ascii=False),
+                },
+            },
+            "content_block_delta",
+        )
+        return out + sse({"type": "content_block_stop", "index": self._index}, "content_block_stop")
+
+    def finish(self, gen: Generation) -> bytes:
+        out = self._close_text()
+        out += sse(
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": _stop_reason(gen), "stop_sequence": None},
+                "usage": {"output_tokens": len(gen.token_ids)},
+            },
+            "message_delta",
+        )
+        return out + sse({"type": "message_stop"}, "message_stop")

@@ -1,0 +1,90 @@
+"""Turn one finished call into a CompletionEvent (delta form) for the event log."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from proxy.canonical import Generation, TurnRequest
+from proxy.continuity import Plan
+from proxy.rollouts import Rollout
+from schemas.completion import CompletionEvent, PolicySpan, Timings, Usage
+from schemas.delta import DeltaEncoder
+from schemas.enums import CompletionStatus
+
+
+def new_event_id() -> str:
+    return f"ev_{uuid.uuid4().hex}"
+
+
+@dataclass
+class CallContext:
+    """Everything known about one call, gathered as it runs."""
+
+    event_id: str
+    rollout: Rollout
+    call_index: int
+    req: TurnRequest
+    plan: Plan
+    body: dict[str, Any]
+    received_us: int
+    policy_version: int
+    first_token_us: int | None = None
+    done_us: int | None = None
+    status: CompletionStatus = CompletionStatus.OK
+    error: str | None = None
+    response_body: dict[str, Any] | None = None
+
+
+def build_event(
+    ctx: CallContext, gen: Generation, encoder: DeltaEncoder, record_bodies: bool
+) -> CompletionEvent:
+    prompt = ctx.plan.prompt_ids
+    pdelta, hdelta = encoder.encode(
+        ctx.plan.thread.thread_id,
+        ctx.event_id,
+        ctx.req.dialect,
+        prompt,
+        gen.token_ids,
+        ctx.body if record_bodies else None,
+    )
+    version = gen.weight_version if gen.weight_version is not None else ctx.policy_version
+    n = len(gen.token_ids)
+    return CompletionEvent(
+        event_id=ctx.event_id,
+        rollout_id=ctx.rollout.rollout_id,
+        call_index=ctx.call_index,
+        dialect=ctx.req.dialect,
+        streamed=ctx.req.stream,
+        model=ctx.req.model,
+        timings=Timings(ctx.received_us, ctx.first_token_us, ctx.done_us),
+        status=ctx.status,
+        task_id=ctx.rollout.task_id,
+        harness=ctx.rollout.harness,
+        harness_version=ctx.rollout.harness_version,
+        thread_id=ctx.plan.thread.thread_id,
+        parent_event_id=ctx.plan.parent_event_id,
+        sampling=ctx.req.sampling,
+        prompt_ref_event_id=pdelta.ref_event_id,
+        prompt_ref_tokens=pdelta.ref_tokens,
+        prompt_token_ids=pdelta.suffix,
+        prompt_length=len(prompt),
+        completion_token_ids=list(gen.token_ids),
+        completion_logprobs=list(gen.logprobs),
+        policy_versions=[PolicySpan(version, 0, n)] if n else [],
+        finish_reason=gen.finish_reason,
+        usage=Usage(len(prompt), n),
+        error=ctx.error,
+        retry_of=ctx.plan.retry_of,
+        side_call=ctx.plan.thread.side_call,
+        continuity=ctx.plan.continuity,
+        request_history_ref=hdelta.ref_event_id if hdelta else None,
+        request_history_prefix=hdelta.prefix if hdelta else 0,
+        request_body=hdelta.body_json if hdelta else None,
+        response_body=json.dumps(ctx.response_body, ensure_ascii=False)
+        if record_bodies and ctx.response_body is not None
+        else None,
+        redacted=not record_bodies,
+    )

@@ -1,0 +1,88 @@
+"""The proxy's shared state: settings, rollouts, renderer, upstream, publisher, metrics."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+
+from proxy.config import ProxyConfig
+from proxy.errors import ProxyError
+from proxy.metrics import ProxyMetrics
+from proxy.publisher import Publisher
+from proxy.render import Renderer
+from proxy.rollouts import Rollout, RolloutRegistry
+from proxy.upstream import Upstream
+from schemas.delta import DeltaEncoder
+from schemas.enums import RolloutPhase
+from schemas.rollout import RolloutEvent
+
+
+def now_us() -> int:
+    return time.time_ns() // 1000
+
+
+@dataclass
+class ProxyState:
+    config: ProxyConfig
+    renderer: Renderer
+    upstream: Upstream
+    publisher: Publisher
+    max_model_len: int
+    metrics: ProxyMetrics = field(default_factory=ProxyMetrics)
+    rollouts: RolloutRegistry = field(default_factory=RolloutRegistry)
+    encoder: DeltaEncoder = field(default_factory=DeltaEncoder)
+    in_flight: int = 0
+    policy_version: int = 0
+    resume: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def __post_init__(self) -> None:
+        self.policy_version = self.config.policy_version
+        self.metrics.policy_version.set(self.policy_version)
+        self.resume.set()
+
+    def start_rollout(self, rollout_id: str, *, mint_key: bool, **fields: object) -> Rollout:
+        rollout = self.rollouts.create(rollout_id, mint_key=mint_key, **fields)
+        self.publisher.publish(
+            [
+                RolloutEvent(
+                    event_id=f"ro_{rollout_id}_started",
+                    rollout_id=rollout_id,
+                    phase=RolloutPhase.STARTED,
+                    at_us=rollout.created_us,
+                    task_id=rollout.task_id,
+                    group_id=rollout.group_id,
+                    harness=rollout.harness,
+                    harness_version=rollout.harness_version,
+                    backend=str(fields.get("backend") or "") or None,
+                    metadata=rollout.metadata,
+                )
+            ]
+        )
+        return rollout
+
+    async def admit(self) -> None:
+        """Wait for (or refuse during) a weight swap, then take a concurrency slot."""
+        if not self.resume.is_set():
+            if self.config.pause_mode == "reject":
+                raise ProxyError(
+                    429,
+                    "the policy is being updated; retry shortly",
+                    retry_after=str(self.config.pause_retry_after),
+                    code="paused",
+                )
+            await self.resume.wait()
+        if self.in_flight >= self.config.max_concurrency:
+            self.metrics.errors.labels("concurrency").inc()
+            raise ProxyError(
+                429,
+                f"too many requests in flight ({self.in_flight})",
+                retry_after="1",
+                code="concurrency_limit",
+            )
+        self.in_flight += 1
+        self.metrics.in_flight.inc()
+
+    def release(self) -> None:
+        self.in_flight -= 1
+        self.metrics.in_flight.dec()

@@ -1,0 +1,187 @@
+"""The upstream boundary: token ids in, token ids and logprobs out.
+
+Two implementations of one small interface:
+
+- :class:`CompletionsUpstream`: the OpenAI-compatible ``/v1/completions`` endpoint with a prompt
+  of token ids and ``return_token_ids`` (vLLM; other OpenAI-compatible engines that return ids).
+- :class:`GenerateUpstream`: vLLM's token-in/token-out ``/inference/v1/generate`` endpoint
+  (``--enable-scale-out``), which also reports the engine's weight version per span.
+
+Both stream :class:`Chunk` objects; an upstream HTTP error becomes a :class:`ProxyError` that keeps
+the upstream's status and ``Retry-After``.
+"""
+
+from __future__ import annotations
+
+import abc
+import json
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from proxy.errors import ProxyError
+from schemas.completion import SamplingParams
+
+
+@dataclass(slots=True)
+class Chunk:
+    token_ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    text: str = ""
+    finish_reason: str | None = None
+    weight_version: int | None = None
+
+
+class Upstream(abc.ABC):
+    """Generates a continuation of a token prompt."""
+
+    model: str  # the model name requested upstream
+
+    @abc.abstractmethod
+    def generate(
+        self, prompt: list[int], sampling: SamplingParams, max_tokens: int
+    ) -> AsyncIterator[Chunk]:
+        """Stream the continuation; closing the iterator aborts the upstream request."""
+
+    @abc.abstractmethod
+    async def aclose(self) -> None: ...
+
+
+def _sampling_fields(sampling: SamplingParams, max_tokens: int) -> dict[str, Any]:
+    body: dict[str, Any] = {"max_tokens": max_tokens}
+    for name in ("temperature", "top_p", "top_k", "seed"):
+        value = getattr(sampling, name)
+        if value is not None:
+            body[name] = value
+    if sampling.stop:
+        body["stop"] = list(sampling.stop)
+    return body
+
+
+async def _raise_for_status(resp: httpx.Response) -> None:
+    if resp.status_code < 400:
+        return
+    raw = (await resp.aread()).decode("utf-8", "replace")
+    try:
+        detail = json.loads(raw)
+        message = detail.get("error", {}).get("message") or detail.get("message") or raw
+    except (json.JSONDecodeError, AttributeError):
+        message = raw
+    raise ProxyError(
+        resp.status_code,
+        f"upstream error: {message}"[:2000],
+        retry_after=resp.headers.get("retry-after"),
+        code="upstream_error",
+    )
+
+
+def _transport_error(exc: httpx.HTTPError) -> ProxyError:
+    if isinstance(exc, httpx.TimeoutException):
+        return ProxyError(504, f"upstream timed out: {exc!r}", code="upstream_timeout")
+    return ProxyError(502, f"upstream unreachable: {exc!r}", code="upstream_unreachable")
+
+
+class _HTTPUpstream(Upstream):
+    def __init__(
+        self, base_url: str, model: str, timeout: float = 600.0, api_key: str = ""
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.model = model
+        headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
+        self._client = httpx.AsyncClient(
+            base_url=self.base_url,
+            timeout=httpx.Timeout(timeout, connect=10.0),
+            headers=headers,
+            limits=httpx.Limits(max_connections=512, max_keepalive_connections=128),
+        )
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+
+class CompletionsUpstream(_HTTPUpstream):
+    """``POST /v1/completions``: a prompt of ids, ``return_token_ids``, logprobs, streaming."""
+
+    async def generate(
+        self, prompt: list[int], sampling: SamplingParams, max_tokens: int
+    ) -> AsyncIterator[Chunk]:
+        body = {
+            "model": self.model,
+            "prompt": prompt,
+            "stream": True,
+            "logprobs": 0,
+            "return_token_ids": True,
+            "skip_special_tokens": True,
+            **_sampling_fields(sampling, max_tokens),
+        }
+        try:
+            async with self._client.stream("POST", "/v1/completions", json=body) as resp:
+                await _raise_for_status(resp)
+                async for line in resp.aiter_lines():
+                    if not line.startswith("data:"):
+                        continue
+                    data = line[5:].strip()
+                    if data == "[DONE]":
+                        break
+                    event = json.loads(data)
+                    if "error" in event:
+                        raise ProxyError(502, f"upstream error mid-stream: {event['error']}")
+                    for choice in event.get("choices") or []:
+                        ids = choice.get("token_ids")
+                        if ids is None:
+                            raise ProxyError(
+                                502,
+                                "upstream returned no token ids: it must support "
+                                "return_token_ids (vLLM does)",
+                            )
+                        lps = (choice.get("logprobs") or {}).get("token_logprobs") or []
+                        yield Chunk(
+                            token_ids=list(ids),
+                            logprobs=[float(x) if x is not None else 0.0 for x in lps],
+                            text=choice.get("text") or "",
+                            finish_reason=choice.get("finish_reason"),
+                        )
+        except httpx.HTTPError as exc:
+            raise _transport_error(exc) from exc
+
+
+class GenerateUpstream(_HTTPUpstream):
+    """vLLM's ``POST /inference/v1/generate`` (token-in, token-out; non-streaming).
+
+    Returns ids only; the text comes from the proxy's tokenizer (``decode``), which is fine in
+    this direction: generated ids are kept as generated, text is derived for the harness.
+    """
+
+    def __init__(self, base_url: str, model: str, decode: Any, **kwargs: Any) -> None:
+        super().__init__(base_url, model, **kwargs)
+        self._decode = decode
+
+    async def generate(
+        self, prompt: list[int], sampling: SamplingParams, max_tokens: int
+    ) -> AsyncIterator[Chunk]:
+        params = {"logprobs": 0, "skip_special_tokens": True}
+        params.update(_sampling_fields(sampling, max_tokens))
+        try:
+            resp = await self._client.post(
+                "/inference/v1/generate",
+                json={"model": self.model, "token_ids": prompt, "sampling_params": params},
+            )
+        except httpx.HTTPError as exc:
+            raise _transport_error(exc) from exc
+        await _raise_for_status(resp)
+        choice = resp.json()["choices"][0]
+        ids = list(choice["token_ids"])
+        content = (choice.get("logprobs") or {}).get("content") or []
+        versions = choice.get("weight_versions") or []
+        version = versions[0].get("version") if versions else None
+        yield Chunk(
+            token_ids=ids,
+            logprobs=[float(c["logprob"]) for c in content],
+            text=self._decode([i for i in ids]),
+            finish_reason=choice.get("finish_reason"),
+            weight_version=int(version)
+            if isinstance(version, int | str) and str(version).isdigit()
+            else None,
+        )
