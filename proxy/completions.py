@@ -223,19 +223,22 @@ async def handle(state: ProxyState, request: Request, dialect: Dialect) -> Respo
         async with rollout.lock:
             call_index = rollout.take_call_index()
             plan = rollout.tracker.plan(req, state.renderer)
+        ctx = CallContext(
+            new_event_id(), rollout, call_index, req, plan, body, received, state.policy_version
+        )
         room = state.max_model_len - len(plan.prompt_ids)
+        max_tokens = min(req.sampling.max_tokens or state.config.default_max_tokens, room)
+        call = Call(state, ctx, max_tokens, ResponseMeta(new_id(ID_PREFIX[dialect]), req.model))
         if room < 1:
-            raise ProxyError(
+            too_long = ProxyError(
                 400,
                 f"the prompt is {len(plan.prompt_ids)} tokens; the model's "
                 f"context is {state.max_model_len}",
                 code="context_length_exceeded",
             )
-        max_tokens = min(req.sampling.max_tokens or state.config.default_max_tokens, room)
-        ctx = CallContext(
-            new_event_id(), rollout, call_index, req, plan, body, received, state.policy_version
-        )
-        call = Call(state, ctx, max_tokens, ResponseMeta(new_id(ID_PREFIX[dialect]), req.model))
+            ctx.status, ctx.error = CompletionStatus.REJECTED, too_long.message
+            call.record()  # refused, but recorded: the call index stays accounted for
+            raise too_long
     except ProxyError as exc:
         state.release()
         state.metrics.requests.labels(dialect.value, str(exc.status)).inc()

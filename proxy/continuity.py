@@ -63,27 +63,24 @@ def _head(messages: list[Message]) -> int:
 
 
 def classify(messages: list[Message], expected: list[Message]) -> ContinuityClass:
-    """Why ``messages`` is not an extension of ``expected``."""
+    """Why ``messages`` is not an extension of ``expected`` (best effort, for audits)."""
     k = common_prefix(messages, expected)
     rest_m, rest_e = messages[k:], expected[k:]
     if k <= _head(messages):
-        return (
-            ContinuityClass.COMPACTED
-            if len(messages) < len(expected)
-            else ContinuityClass.UNRELATED
-        )
-    if k == len(expected):
-        return ContinuityClass.REWRITTEN  # same history, but tools or the template changed
-    for j in range(1, len(rest_e) + 1):
-        tail = rest_e[j:]
-        if (tail and rest_m[: len(tail)] == tail) or (not tail and len(rest_m) < len(rest_e)):
+        shorter = len(messages) < len(expected)
+        return ContinuityClass.COMPACTED if shorter else ContinuityClass.UNRELATED
+    if not rest_e:
+        return ContinuityClass.REWRITTEN  # same history, but the tools or the template changed
+    nxt = rest_e[0]
+    if nxt in rest_m[1:]:
+        return ContinuityClass.INJECTED  # something was inserted before the expected message
+    if rest_m and rest_m[0].get("role") == nxt.get("role"):
+        if rest_m[0] in rest_e[1:]:
             return ContinuityClass.DROPPED
-    for j in range(1, len(rest_m)):
-        if rest_m[j : j + len(rest_e)] == rest_e:
-            return ContinuityClass.INJECTED
+        return ContinuityClass.REWRITTEN  # the same turn, modified
     if len(messages) < len(expected) // 2:
         return ContinuityClass.COMPACTED
-    return ContinuityClass.REWRITTEN
+    return ContinuityClass.DROPPED
 
 
 @dataclass
@@ -122,16 +119,18 @@ class ContinuityTracker:
             side = (self.main_model is not None and req.model != self.main_model) or (
                 not req.tools and self.main_model is not None
             )
+            continuity = ContinuityClass.FIRST
+            recent = next((t for t in reversed(self.threads) if not t.side_call and t.last), None)
+            if not side and recent is not None and recent.last is not None:
+                # Same system prompt, fewer messages than the history it replaces: the harness
+                # compacted the conversation. Other new threads are sub-agents.
+                expected, head = recent.last.expected(), _head(msgs)
+                if head and msgs[:head] == expected[:head] and len(msgs) < len(expected):
+                    continuity = ContinuityClass.COMPACTED
             thread = Thread(f"{self.rollout_id}/t{len(self.threads)}", side_call=side)
             self.threads.append(thread)
             parent = self.last_event_id if len(self.threads) > 1 and not side else None
-            return Plan(
-                thread,
-                ContinuityClass.FIRST,
-                rendered(),
-                parent_event_id=parent,
-                tools_key=tools_key,
-            )
+            return Plan(thread, continuity, rendered(), parent_event_id=parent, tools_key=tools_key)
 
         last = thread.last
         if msgs == last.messages:  # the same turn again

@@ -54,6 +54,7 @@ class ToolCallStream:
         self._in_call = False
         self.content = ""
         self.calls: list[ToolCall] = []
+        self._pending_ws = ""
 
     def feed(self, text: str) -> Iterator[TextDelta | ToolCallDelta]:
         self._buf += text
@@ -91,11 +92,14 @@ class ToolCallStream:
             return
 
     def _emit(self, text: str) -> Iterator[TextDelta]:
-        if self.calls and not text.strip():
-            return  # whitespace between tool calls is not content
-        if text:
-            self.content += text
-            yield TextDelta(text)
+        # Trailing whitespace waits for what follows: content goes on after it, or, at the end
+        # of a turn with tool calls, it is dropped. Decided on the text alone, not on chunking.
+        text = self._pending_ws + text
+        body = text.rstrip()
+        self._pending_ws = text[len(body) :]
+        if body:
+            self.content += body
+            yield TextDelta(body)
 
     def close(self) -> Iterator[TextDelta | ToolCallDelta]:
         """End of text: an unterminated block is parsed if it is complete JSON, else content."""
@@ -109,6 +113,10 @@ class ToolCallStream:
                 return
             rest = OPEN + rest
         yield from self._emit(rest)
+        if self._pending_ws and not self.calls:
+            self.content += self._pending_ws
+            yield TextDelta(self._pending_ws)
+        self._pending_ws = ""
 
 
 def parse_text(text: str) -> tuple[str, list[ToolCall]]:

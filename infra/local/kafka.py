@@ -67,16 +67,21 @@ class KafkaBroker:
             (removed on stop). A given dir is kept, and reused if it is already formatted.
         heap: the JVM's maximum heap.
         ready_timeout: seconds to wait for the listener before failing with the log's tail.
+        port: the client listener's port (default: a free one).
     """
 
     def __init__(
-        self, data_dir: Path | None = None, heap: str = "512m", ready_timeout: float = 90.0
+        self,
+        data_dir: Path | None = None,
+        heap: str = "512m",
+        ready_timeout: float = 90.0,
+        port: int | None = None,
     ) -> None:
         self._own_dir = data_dir is None
         self.data_dir = (
             Path(tempfile.mkdtemp(prefix="openforge-kafka-")) if data_dir is None else data_dir
         )
-        self.port = free_port()
+        self.port = port or free_port()
         self.controller_port = free_port()
         self.heap = heap
         self.ready_timeout = ready_timeout

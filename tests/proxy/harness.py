@@ -1,0 +1,92 @@
+"""Test helpers: run the real proxy app under uvicorn in a thread, read back its events."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import uvicorn
+
+from infra.eventlog import EVENTS_TOPIC, open_reader
+from infra.local.process import free_port
+from proxy.app import create_app
+from proxy.config import ProxyConfig
+from schemas.codec import Record, decode_message
+from schemas.completion import CompletionEvent
+
+
+@dataclass
+class RunningProxy:
+    url: str
+    config: ProxyConfig
+    app: object
+
+    @property
+    def state(self):  # type: ignore[no-untyped-def]
+        return self.app.state.proxy  # type: ignore[attr-defined]
+
+    def flush(self) -> None:
+        assert self.state.publisher.wait_idle(30)
+
+    def register(self, rollout_id: str, **fields: object) -> dict[str, str]:
+        resp = httpx.post(f"{self.url}/admin/rollouts", json={"rollout_id": rollout_id, **fields})
+        resp.raise_for_status()
+        return dict(resp.json())
+
+
+@contextmanager
+def running_proxy(config: ProxyConfig) -> Iterator[RunningProxy]:
+    port = free_port()
+    app = create_app(config)
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 60
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            raise RuntimeError("the proxy did not start")
+        time.sleep(0.05)
+    try:
+        yield RunningProxy(f"http://127.0.0.1:{port}", config, app)
+    finally:
+        server.should_exit = True
+        thread.join(30)
+
+
+def read_events(
+    log_url: str, group: str = "tests", want: int = 1, timeout: float = 20.0
+) -> list[Record]:
+    """All records in the events topic (waits until at least ``want`` are there)."""
+    out: list[Record] = []
+    with open_reader(log_url, [EVENTS_TOPIC], group=group) as reader:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for rec in reader.poll(max_records=1000, timeout=0.5):
+                out += decode_message(rec.value)
+            if len(out) >= want:
+                # Drain whatever else is already there.
+                for rec in reader.poll(max_records=1000, timeout=0.5):
+                    out += decode_message(rec.value)
+                break
+    return out
+
+
+def completions_of(records: list[Record], rollout_id: str | None = None) -> list[CompletionEvent]:
+    events = [r for r in records if isinstance(r, CompletionEvent)]
+    if rollout_id is not None:
+        events = [e for e in events if e.rollout_id == rollout_id]
+    return sorted(events, key=lambda e: e.call_index)
+
+
+def proxy_config(upstream: str, tmp: Path, log_url: str | None = None, **kw: object) -> ProxyConfig:
+    return ProxyConfig(
+        upstream_url=upstream,
+        log_url=log_url or f"local:{tmp / 'events'}",
+        spool_dir=tmp / "spool",
+        **kw,  # type: ignore[arg-type]
+    )

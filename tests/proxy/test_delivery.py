@@ -1,0 +1,164 @@
+"""Events reach a real Kafka broker; while it is down they wait in the spool, in order."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import httpx
+import pytest
+
+from infra.local.kafka import KafkaBroker
+from infra.local.process import free_port
+from infra.local.vllm import VLLMServer
+from schemas.completion import CompletionEvent
+from schemas.enums import CompletionStatus, RolloutPhase
+from schemas.reward import RewardEvent
+from schemas.rollout import RolloutEvent
+from tests.proxy.harness import completions_of, proxy_config, read_events, running_proxy
+
+CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8}
+
+
+def test_events_land_in_kafka_and_decode(
+    vllm_server: VLLMServer, kafka_broker: KafkaBroker, tmp_path: Path
+) -> None:
+    config = proxy_config(vllm_server.base_url, tmp_path, log_url=kafka_broker.url)
+    rollout = f"k-{uuid.uuid4().hex[:6]}"
+    with running_proxy(config) as p:
+        key = p.register(rollout, task_id="task-7", harness="test")["api_key"]
+        for _ in range(3):
+            resp = httpx.post(
+                f"{p.url}/v1/chat/completions",
+                json=CHAT,
+                headers={"authorization": f"Bearer {key}"},
+                timeout=60,
+            )
+            assert resp.status_code == 200
+        assert (
+            httpx.post(
+                f"{p.url}/rollout/{rollout}/reward",
+                json={"reward": 0.5, "components": {"tests": 0.5}, "verifier": "unit"},
+                headers={"authorization": f"Bearer {key}"},
+            ).status_code
+            == 201
+        )
+        assert (
+            httpx.post(
+                f"{p.url}/admin/rollouts/{rollout}/finish", json={"exit_code": 0}
+            ).status_code
+            == 200
+        )
+        p.flush()
+        assert p.state.publisher.stats.spooled == 0
+    records = [
+        r for r in read_events(kafka_broker.url, group=rollout, want=6) if r.rollout_id == rollout
+    ]
+    kinds = [type(r).__name__ for r in records]
+    assert kinds == [
+        "RolloutEvent",
+        "CompletionEvent",
+        "CompletionEvent",
+        "CompletionEvent",
+        "RewardEvent",
+        "RolloutEvent",
+    ]
+    assert [e.call_index for e in completions_of(records)] == [0, 1, 2]
+    assert all(e.task_id == "task-7" and e.harness == "test" for e in completions_of(records))
+    reward = records[4]
+    assert (
+        isinstance(reward, RewardEvent)
+        and reward.reward == 0.5
+        and reward.components == {"tests": 0.5}
+    )
+    end = records[5]
+    assert (
+        isinstance(end, RolloutEvent) and end.phase is RolloutPhase.FINISHED and end.exit_code == 0
+    )
+
+
+def test_events_spool_while_kafka_is_down_and_arrive_in_order(
+    vllm_server: VLLMServer, tmp_path: Path
+) -> None:
+    port = free_port()
+    config = proxy_config(
+        vllm_server.base_url, tmp_path, log_url=f"kafka://127.0.0.1:{port}", auto_register=True
+    )
+    rollout = f"s-{uuid.uuid4().hex[:6]}"
+    with running_proxy(config) as p:
+        p.state.publisher._retry_interval = 0.5
+        for _ in range(5):
+            resp = httpx.post(
+                f"{p.url}/rollout/{rollout}/v1/chat/completions", json=CHAT, timeout=60
+            )
+            assert resp.status_code == 200  # the harness never notices the log is down
+        p.flush()
+        assert p.state.publisher.stats.spooled == 6  # rollout started + 5 completions
+        with KafkaBroker(port=port) as broker:
+            records = read_events(broker.url, group="after", want=6, timeout=60)
+            events = completions_of(records, rollout)
+            assert [e.call_index for e in events] == [0, 1, 2, 3, 4]
+            assert isinstance(records[0], RolloutEvent)
+            assert p.state.publisher.stats.replayed == 6
+            resp = httpx.post(
+                f"{p.url}/rollout/{rollout}/v1/chat/completions", json=CHAT, timeout=60
+            )
+            p.flush()
+            later = completions_of(
+                read_events(broker.url, group="after2", want=7, timeout=60), rollout
+            )
+            assert [e.call_index for e in later] == [0, 1, 2, 3, 4, 5]
+
+
+def test_client_disconnect_is_recorded_and_aborts_upstream(
+    vllm_server: VLLMServer, tmp_path: Path
+) -> None:
+    config = proxy_config(vllm_server.base_url, tmp_path, auto_register=True)
+    rollout = f"d-{uuid.uuid4().hex[:6]}"
+    with running_proxy(config) as p:
+        body = {**CHAT, "max_tokens": 3000, "stream": True, "seed": 5, "temperature": 1.0}
+        with httpx.stream(
+            "POST", f"{p.url}/rollout/{rollout}/v1/chat/completions", json=body, timeout=60
+        ) as resp:
+            assert resp.status_code == 200
+            next(resp.iter_lines())  # first chunk, then hang up
+        p.flush()
+        import time
+
+        deadline = time.monotonic() + 30
+        events: list[CompletionEvent] = []
+        while not events and time.monotonic() < deadline:
+            p.flush()
+            events = completions_of(
+                read_events(p.config.log_url, group=rollout, want=1, timeout=2), rollout
+            )
+    (event,) = events
+    assert event.status is CompletionStatus.CLIENT_DISCONNECTED
+    assert event.streamed and len(event.completion_token_ids) < 3000
+    assert len(event.completion_logprobs) == len(event.completion_token_ids)
+
+
+@pytest.mark.parametrize("dialect_path", ["chat/completions", "messages"])
+def test_unreachable_upstream_is_a_502_in_the_dialect(
+    vllm_server: VLLMServer, tiny_model_dir: Path, tmp_path: Path, dialect_path: str
+) -> None:
+    port = free_port()
+    config = proxy_config(
+        f"http://127.0.0.1:{port}",
+        tmp_path,
+        auto_register=True,
+        upstream_model="tiny",
+        tokenizer=tiny_model_dir,
+        max_model_len=4096,
+    )
+    with running_proxy(config) as p:
+        body = {**CHAT, "stream": True}
+        resp = httpx.post(f"{p.url}/rollout/u/v1/{dialect_path}", json=body, timeout=60)
+        assert resp.status_code == 502
+        if dialect_path == "messages":
+            assert resp.json()["error"]["type"] == "api_error"
+        else:
+            assert resp.json()["error"]["code"] == "upstream_unreachable"
+        p.flush()
+        (event,) = completions_of(read_events(p.config.log_url, group="u", want=1), "u")
+        assert event.status is CompletionStatus.UPSTREAM_ERROR and event.error
