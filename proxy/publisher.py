@@ -24,13 +24,33 @@ from schemas.errors import EventLogError
 
 log = logging.getLogger("openforge.proxy.publisher")
 _STOP = object()
+Frame = tuple[bytes, bytes, int]  # (key, frame, records in it)
+
+
+def frames_of(records: list[Record], max_per_frame: int = 256) -> list[Frame]:
+    """Records as frames keyed by rollout id: each rollout's records keep their order, and a run
+    of same-typed records of one rollout shares a frame (Arrow's per-frame cost is paid once)."""
+    by_rollout: dict[str, list[Record]] = {}
+    for record in records:
+        by_rollout.setdefault(record.rollout_id, []).append(record)
+    frames: list[Frame] = []
+    for rollout_id, group in by_rollout.items():
+        key, run = rollout_id.encode(), [group[0]]
+        for record in group[1:]:
+            if type(record) is type(run[0]) and len(run) < max_per_frame:
+                run.append(record)
+                continue
+            frames.append((key, encode_message(run, compress=True), len(run)))
+            run = [record]
+        frames.append((key, encode_message(run, compress=True), len(run)))
+    return frames
 
 
 @dataclass
 class PublisherStats:
     published: int = 0
     spooled: int = 0
-    replayed: int = 0
+    replayed_frames: int = 0  # spool frames (each one or more records) sent after an outage
     failures: int = 0
 
 
@@ -57,6 +77,7 @@ class Publisher:
         self._next_retry = 0.0
         self._done = threading.Condition()
         self._enqueued = self._handled = 0
+        self._max_batch = 512
         self.stats = PublisherStats()
         self._spooled_pending = False
         self._thread = threading.Thread(target=self._run, name="openforge-publisher", daemon=True)
@@ -65,12 +86,11 @@ class Publisher:
     # --- producer side ------------------------------------------------------------------------
 
     def publish(self, records: Sequence[Record]) -> None:
-        """Queue records (one frame per record, keyed by rollout id)."""
+        """Queue records; the worker encodes them (one frame each, keyed by rollout id)."""
         for record in records:
-            frame = encode_message([record], compress=True)
             with self._done:
                 self._enqueued += 1
-            self._queue.put((record.rollout_id.encode(), frame))
+            self._queue.put(record)
 
     @property
     def pending(self) -> int:
@@ -134,36 +154,38 @@ class Publisher:
                     writer.append(self._topic, r.key, r.value)
                 writer.flush()
                 reader.commit()
-                self.stats.replayed += len(records)
+                self.stats.replayed_frames += len(records)
         except EventLogError as exc:
             self._fail(exc)
             return False
         finally:
             reader.close()
 
-    def _to_spool(self, batch: list[tuple[bytes, bytes]]) -> None:
-        for key, frame in batch:
+    def _to_spool(self, frames: list[Frame]) -> None:
+        for key, frame, _ in frames:
             self._spool_writer.append(self._topic, key, frame)
         self._spool_writer.flush()
-        self.stats.spooled += len(batch)
-        self._on_publish(0, len(batch))
+        n = sum(count for _, _, count in frames)
+        self.stats.spooled += n
+        self._on_publish(0, n)
 
-    def _send(self, batch: list[tuple[bytes, bytes]]) -> None:
+    def _send(self, frames: list[Frame]) -> None:
         writer = self._connect()
         if writer is not None and self._spooled_pending and not self._replay_spool(writer):
             writer = None
         if writer is not None:
             self._spooled_pending = False
             try:
-                for key, frame in batch:
+                for key, frame, _ in frames:
                     writer.append(self._topic, key, frame)
                 writer.flush()
-                self.stats.published += len(batch)
-                self._on_publish(len(batch), 0)
+                n = sum(count for _, _, count in frames)
+                self.stats.published += n
+                self._on_publish(n, 0)
                 return
             except EventLogError as exc:
                 self._fail(exc)
-        self._to_spool(batch)
+        self._to_spool(frames)
         self._spooled_pending = True
 
     def _run(self) -> None:
@@ -178,24 +200,24 @@ class Publisher:
                     if writer is not None and self._replay_spool(writer):
                         self._spooled_pending = False
                 continue
-            batch: list[tuple[bytes, bytes]] = []
+            records: list[Record] = []
             while item is not _STOP:
-                batch.append(item)  # type: ignore[arg-type]
-                if len(batch) >= 500:
+                records.append(item)  # type: ignore[arg-type]
+                if len(records) >= self._max_batch:
                     break
                 try:
                     item = self._queue.get_nowait()
                 except queue.Empty:
                     break
             stopping = item is _STOP
-            if batch:
+            if records:
                 try:
-                    self._send(batch)
+                    self._send(frames_of(records))
                 except EventLogError as exc:  # the spool itself failed: nothing else to try
-                    log.error("cannot spool %d records: %s", len(batch), exc)
+                    log.error("cannot spool %d records: %s", len(records), exc)
                     raise
                 finally:
-                    self._handled_batch(len(batch))
+                    self._handled_batch(len(records))
         writer = self._connect() if self._spooled_pending else None
         if writer is not None:
             self._replay_spool(writer)

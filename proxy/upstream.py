@@ -19,6 +19,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import aiohttp
 import httpx
 
 from proxy.errors import ProxyError
@@ -60,21 +61,21 @@ def _sampling_fields(sampling: SamplingParams, max_tokens: int) -> dict[str, Any
     return body
 
 
-async def _raise_for_status(resp: httpx.Response) -> None:
-    if resp.status_code < 400:
-        return
-    raw = (await resp.aread()).decode("utf-8", "replace")
+def _upstream_error(status: int, raw: str, retry_after: str | None) -> ProxyError:
     try:
         detail = json.loads(raw)
         message = detail.get("error", {}).get("message") or detail.get("message") or raw
     except (json.JSONDecodeError, AttributeError):
         message = raw
-    raise ProxyError(
-        resp.status_code,
-        f"upstream error: {message}"[:2000],
-        retry_after=resp.headers.get("retry-after"),
-        code="upstream_error",
+    return ProxyError(
+        status, f"upstream error: {message}"[:2000], retry_after=retry_after, code="upstream_error"
     )
+
+
+async def _raise_for_status(resp: httpx.Response) -> None:
+    if resp.status_code >= 400:
+        raw = (await resp.aread()).decode("utf-8", "replace")
+        raise _upstream_error(resp.status_code, raw, resp.headers.get("retry-after"))
 
 
 def _transport_error(exc: httpx.HTTPError) -> ProxyError:
@@ -101,8 +102,33 @@ class _HTTPUpstream(Upstream):
         await self._client.aclose()
 
 
-class CompletionsUpstream(_HTTPUpstream):
-    """``POST /v1/completions``: a prompt of ids, ``return_token_ids``, logprobs, streaming."""
+class CompletionsUpstream(Upstream):
+    """``POST /v1/completions``: a prompt of ids, ``return_token_ids``, logprobs, streaming.
+
+    Uses aiohttp: on the hot path it costs about half of what httpx does per request.
+    """
+
+    def __init__(
+        self, base_url: str, model: str, timeout: float = 600.0, api_key: str = ""
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.model = model
+        self._timeout = aiohttp.ClientTimeout(total=timeout, sock_connect=10.0)
+        self._headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
+        self._session: aiohttp.ClientSession | None = None
+
+    def _client(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            self._session = aiohttp.ClientSession(
+                timeout=self._timeout,
+                headers=self._headers,
+                connector=aiohttp.TCPConnector(limit=512, keepalive_timeout=60),
+            )
+        return self._session
+
+    async def aclose(self) -> None:
+        if self._session is not None:
+            await self._session.close()
 
     async def generate(
         self, prompt: list[int], sampling: SamplingParams, max_tokens: int
@@ -117,34 +143,48 @@ class CompletionsUpstream(_HTTPUpstream):
             **_sampling_fields(sampling, max_tokens),
         }
         try:
-            async with self._client.stream("POST", "/v1/completions", json=body) as resp:
-                await _raise_for_status(resp)
-                async for line in resp.aiter_lines():
+            async with self._client().post(f"{self.base_url}/v1/completions", json=body) as resp:
+                if resp.status >= 400:
+                    raise _upstream_error(
+                        resp.status, await resp.text(), resp.headers.get("retry-after")
+                    )
+                async for raw in resp.content:
+                    line = raw.decode("utf-8").strip()
                     if not line.startswith("data:"):
                         continue
                     data = line[5:].strip()
                     if data == "[DONE]":
-                        break
-                    event = json.loads(data)
-                    if "error" in event:
-                        raise ProxyError(502, f"upstream error mid-stream: {event['error']}")
-                    for choice in event.get("choices") or []:
-                        ids = choice.get("token_ids")
-                        if ids is None:
-                            raise ProxyError(
-                                502,
-                                "upstream returned no token ids: it must support "
-                                "return_token_ids (vLLM does)",
-                            )
-                        lps = (choice.get("logprobs") or {}).get("token_logprobs") or []
-                        yield Chunk(
-                            token_ids=list(ids),
-                            logprobs=[float(x) if x is not None else 0.0 for x in lps],
-                            text=choice.get("text") or "",
-                            finish_reason=choice.get("finish_reason"),
-                        )
-        except httpx.HTTPError as exc:
-            raise _transport_error(exc) from exc
+                        continue
+                    for chunk in _completion_chunks(json.loads(data)):
+                        yield chunk
+        except TimeoutError as exc:
+            raise ProxyError(504, f"upstream timed out: {exc!r}", code="upstream_timeout") from exc
+        except aiohttp.ClientError as exc:
+            raise ProxyError(
+                502, f"upstream unreachable: {exc!r}", code="upstream_unreachable"
+            ) from exc
+
+
+def _completion_chunks(event: dict[str, Any]) -> list[Chunk]:
+    if "error" in event:
+        raise ProxyError(502, f"upstream error mid-stream: {event['error']}")
+    out = []
+    for choice in event.get("choices") or []:
+        ids = choice.get("token_ids")
+        if ids is None:
+            raise ProxyError(
+                502, "upstream returned no token ids: it must support return_token_ids (vLLM does)"
+            )
+        lps = (choice.get("logprobs") or {}).get("token_logprobs") or []
+        out.append(
+            Chunk(
+                token_ids=list(ids),
+                logprobs=[float(x) if x is not None else 0.0 for x in lps],
+                text=choice.get("text") or "",
+                finish_reason=choice.get("finish_reason"),
+            )
+        )
+    return out
 
 
 class GenerateUpstream(_HTTPUpstream):

@@ -116,6 +116,10 @@ def to_row(value: Any) -> Any:
     if isinstance(value, dict):
         return [(k, to_row(v)) for k, v in value.items()]
     if isinstance(value, list):
+        # Token ids and logprobs: homogeneous lists of scalars pass through as they are.
+        first = value[0] if value else None
+        if first is None or (isinstance(first, int | float | str) and not isinstance(first, Enum)):
+            return value
         return [to_row(v) for v in value]
     return value
 
