@@ -79,11 +79,14 @@ async def _side_by_side(
                 await _one(client, url)
 
         async def worker() -> None:
-            for _ in range(max(1, requests // clients)):
+            # Each client's first round is a warm-up under concurrency (connections opening,
+            # all clients arriving at once) and is not counted: the figures are steady state.
+            for i in range(max(1, requests // clients) + 1):
                 for tag, url in (("d", direct), ("p", proxied)):
                     first, total = await _one(client, url)
-                    out[f"{tag}_first"].append(first)
-                    out[f"{tag}_total"].append(total)
+                    if i:
+                        out[f"{tag}_first"].append(first)
+                        out[f"{tag}_total"].append(total)
 
         await asyncio.gather(*(worker() for _ in range(clients)))
     return out
@@ -197,10 +200,10 @@ def main() -> None:
         print("|---|---|---|---|---|")
         sent = 0
         r = uvloop.run(_side_by_side(*urls("instant", "one"), 1, args.requests))
-        sent += len(r["p_total"]) + 20
+        sent += len(r["p_total"]) + 20 + 1
         _row(1, "instant", r)
         r = uvloop.run(_side_by_side(*urls("paced", "many"), 64, args.requests))
-        sent += len(r["p_total"]) + 20
+        sent += len(r["p_total"]) + 20 + 64
         _row(64, f"{args.token_delay_ms:g} ms/token", r)
         direct, proxied = urls("instant", "capacity")
         cap_direct = uvloop.run(_capacity(direct, 64, args.requests * 2))
