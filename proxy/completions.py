@@ -174,6 +174,9 @@ class Call:
         async for chunk in self.chunks:
             for delta in self._absorb(chunk):
                 yield delta
+            # Chunks the upstream already sent arrive without suspending; yield to the loop so
+            # a client's disconnect is seen and other streams get their turn.
+            await asyncio.sleep(0)
         for delta in self._close_parser():
             yield delta
 

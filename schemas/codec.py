@@ -70,7 +70,7 @@ REGISTRY: dict[str, RecordType] = {
         ),
         RecordType("rollout", 2, RolloutEvent, ROLLOUT_SCHEMA, 1, lambda r: r.at_us),
         RecordType("reward", 3, RewardEvent, REWARD_SCHEMA, 1, lambda r: r.at_us),
-        RecordType("episode", 4, Episode, EPISODE_SCHEMA, 1, lambda r: r.created_us),
+        RecordType("episode", 4, Episode, EPISODE_SCHEMA, 2, lambda r: r.created_us),
     )
 }
 _BY_ID = {t.type_id: t for t in REGISTRY.values()}
@@ -182,9 +182,10 @@ def encode_batch(records: Sequence[R]) -> pa.RecordBatch:
         raise SchemaError("encode_batch needs at least one record")
     rtype = record_type(records[0])
     try:
-        return pa.RecordBatch.from_pylist(
-            [to_row(r) for r in records], schema=rtype.schema_with_metadata()
-        )
+        rows = [to_row(r) for r in records]
+        for row in rows:  # a record is written in the current version, whatever it was read as
+            row["schema_version"] = rtype.version
+        return pa.RecordBatch.from_pylist(rows, schema=rtype.schema_with_metadata())
     except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as exc:
         raise SchemaError(f"{rtype.name} record does not fit its schema: {exc}") from exc
 

@@ -67,7 +67,8 @@ class Episode:
     reward_components: dict[str, float] = field(default_factory=dict)
     forks: list[Fork] = field(default_factory=list)
     lineage: list[str] = field(default_factory=list)  # event ids it was assembled from
-    schema_version: int = 1
+    dead_letter: str | None = None  # v2: why the episode is not trainable (e.g. no reward)
+    schema_version: int = 2
 
     SCHEMA_NAME = "episode"
 
@@ -109,5 +110,6 @@ EPISODE_SCHEMA = pa.schema(
         pa.field("reward_components", pa.map_(pa.string(), pa.float64()), nullable=False),
         pa.field("forks", pa.list_(FORK), nullable=False),
         pa.field("lineage", pa.list_(pa.string()), nullable=False),
+        pa.field("dead_letter", pa.string()),  # added in v2
     ]
 )

@@ -108,6 +108,7 @@ RECORDS: list[Record] = [
         harness="codex",
         reward_components={"tests": 0.75},
         forks=[Fork(0, None, 0, ContinuityClass.FIRST, 0)],
+        schema_version=1,
         lineage=["ro-1", "c-1", "c-2", "rw-1"],
     ),
 ]

@@ -149,6 +149,7 @@ def episodes(draw: st.DrawFn) -> Episode:
         reward_components=draw(st.dictionaries(TEXT, F64, max_size=3)),
         forks=draw(st.lists(forks, max_size=3)),
         lineage=draw(st.lists(IDS, max_size=6)),
+        dead_letter=draw(OPT_TEXT),
     )
 
 

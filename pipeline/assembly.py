@@ -1,0 +1,165 @@
+"""Assemble one rollout's events into an episode: a tree of token samples.
+
+Calls whose prompt extends an existing sample's tokens exactly merge into that sample (loss mask 1
+on generated tokens, 0 on prompt and tool tokens; behavior logprobs aligned; policy-version spans
+kept). Where the prefix diverges (compaction, rewritten or injected history, a sub-agent thread) a
+new sample starts, linked to the sample it shares the longest prefix with, and the fork records the
+mismatch class. Duplicate events (same event id), failed attempts and attempts superseded by a
+retry never contribute tokens; side calls (another model, a title request) are left out.
+
+Pure Python and deterministic: the Beam transforms, replay and tests all call :func:`assemble`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from schemas.codec import Record
+from schemas.completion import CompletionEvent, PolicySpan
+from schemas.delta import Reconstructor, common_prefix
+from schemas.enums import TERMINAL_PHASES, CompletionStatus, ContinuityClass
+from schemas.episode import Episode, Fork, Sample, episode_id_for
+from schemas.reward import RewardEvent
+from schemas.rollout import RolloutEvent
+
+
+@dataclass
+class _Building:
+    tokens: list[int] = field(default_factory=list)
+    mask: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    spans: list[PolicySpan] = field(default_factory=list)
+    events: list[str] = field(default_factory=list)
+    parent: int | None = None
+    fork_class: ContinuityClass = ContinuityClass.FIRST
+
+    def extend(self, prompt: list[int], event: CompletionEvent) -> None:
+        new_prompt = prompt[len(self.tokens) :]
+        self.tokens += new_prompt
+        self.mask += [0] * len(new_prompt)
+        self.logprobs += [0.0] * len(new_prompt)
+        start = len(self.tokens)
+        for span in event.policy_versions:
+            self.spans.append(PolicySpan(span.version, start + span.start, start + span.end))
+        self.tokens += event.completion_token_ids
+        self.mask += [1] * len(event.completion_token_ids)
+        self.logprobs += event.completion_logprobs
+        self.events.append(event.event_id)
+
+
+@dataclass(frozen=True)
+class RolloutEvents:
+    """A rollout's events, deduplicated by event id and split by type."""
+
+    completions: list[CompletionEvent]
+    rewards: list[RewardEvent]
+    lifecycle: list[RolloutEvent]
+
+    @classmethod
+    def of(cls, records: Iterable[Record]) -> RolloutEvents:
+        seen: set[str] = set()
+        completions, rewards, lifecycle = [], [], []
+        for record in records:
+            key = getattr(record, "event_id", None)
+            if key is None or key in seen:
+                continue
+            seen.add(key)
+            if isinstance(record, CompletionEvent):
+                completions.append(record)
+            elif isinstance(record, RewardEvent):
+                rewards.append(record)
+            elif isinstance(record, RolloutEvent):
+                lifecycle.append(record)
+        completions.sort(key=lambda e: (e.call_index, e.timings.received_us, e.event_id))
+        rewards.sort(key=lambda r: (r.at_us, r.event_id))
+        lifecycle.sort(key=lambda r: (r.at_us, r.event_id))
+        return cls(completions, rewards, lifecycle)
+
+    @property
+    def finished(self) -> bool:
+        return any(r.phase in TERMINAL_PHASES for r in self.lifecycle)
+
+    @property
+    def reward(self) -> RewardEvent | None:
+        """The latest reward (a verifier's score may be revised, e.g. by user feedback)."""
+        return self.rewards[-1] if self.rewards else None
+
+    def all_ids(self) -> list[str]:
+        return [
+            *(e.event_id for e in self.lifecycle),
+            *(e.event_id for e in self.completions),
+            *(r.event_id for r in self.rewards),
+        ]
+
+
+def contributing(completions: list[CompletionEvent]) -> list[CompletionEvent]:
+    """Calls whose tokens belong in the episode: ok, not a side call, not superseded by a retry."""
+    superseded = {e.retry_of for e in completions if e.retry_of is not None}
+    return [
+        e
+        for e in completions
+        if e.status is CompletionStatus.OK
+        and not e.side_call
+        and e.event_id not in superseded
+        and e.completion_token_ids
+    ]
+
+
+def assemble(
+    rollout_id: str, records: Iterable[Record], created_us: int, dead_letter: str | None = None
+) -> Episode:
+    """The episode of one rollout from all its events (any order, duplicates allowed)."""
+    events = RolloutEvents.of(records)
+    rebuild = Reconstructor()
+    prompts: dict[str, list[int]] = {}
+    for event in events.completions:  # every event, in call order: deltas refer backwards
+        prompts[event.event_id] = rebuild.prompt(event)
+
+    samples: list[_Building] = []
+    forks: list[Fork] = []
+    for event in contributing(events.completions):
+        prompt = prompts[event.event_id]
+        target, best = None, -1
+        for i, sample in enumerate(samples):
+            n = len(sample.tokens)
+            if n > best and prompt[:n] == sample.tokens:
+                target, best = i, n
+        if target is None:
+            parent, shared = None, 0
+            for i, sample in enumerate(samples):  # longest shared prefix; ties: the latest
+                k = common_prefix(prompt, sample.tokens)
+                if k and k >= shared:
+                    parent, shared = i, k
+            mismatch = event.continuity
+            if parent is not None and mismatch in (ContinuityClass.FIRST, ContinuityClass.EXACT):
+                mismatch = ContinuityClass.REWRITTEN  # the prefix diverged without a stated cause
+            if parent is None and samples and mismatch is ContinuityClass.FIRST:
+                mismatch = ContinuityClass.UNRELATED
+            samples.append(_Building(parent=parent, fork_class=mismatch))
+            target = len(samples) - 1
+            forks.append(Fork(target, parent, event.call_index, mismatch, shared))
+        samples[target].extend(prompt, event)
+
+    first = events.lifecycle[0] if events.lifecycle else None
+    reward = events.reward
+    some = events.completions[0] if events.completions else None
+    return Episode(
+        episode_id=episode_id_for(rollout_id),
+        rollout_id=rollout_id,
+        samples=[
+            Sample(i, s.tokens, s.mask, s.logprobs, s.spans, s.parent, s.fork_class, s.events)
+            for i, s in enumerate(samples)
+        ],
+        reward=reward.reward if reward is not None else None,
+        created_us=created_us,
+        task_id=(first.task_id if first else None)
+        or (some.task_id if some else None)
+        or (reward.task_id if reward else None),
+        group_id=first.group_id if first else None,
+        harness=(first.harness if first else None) or (some.harness if some else None),
+        reward_components=dict(reward.components) if reward is not None else {},
+        forks=forks,
+        lineage=events.all_ids(),
+        dead_letter=dead_letter,
+    )

@@ -1,0 +1,44 @@
+"""Episode assembly: shuffled, duplicated events of random rollouts rebuild the known samples."""
+
+from __future__ import annotations
+
+import random
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pipeline.assembly import assemble
+from schemas.enums import ContinuityClass
+from schemas.episode import episode_id_for
+from tests.pipeline.rollouts import make_rollout
+
+
+@settings(max_examples=200, deadline=None)
+@given(seed=st.integers(0, 10**6), calls=st.integers(1, 14), shuffle=st.integers(0, 10**6))
+def test_shuffled_events_reassemble_into_the_original_samples(
+    seed: int, calls: int, shuffle: int
+) -> None:
+    rollout = make_rollout(seed, calls=calls)
+    records = list(rollout.records)
+    random.Random(shuffle).shuffle(records)
+    episode = assemble(rollout.rollout_id, records, created_us=0)
+
+    assert episode.episode_id == episode_id_for(rollout.rollout_id)
+    assert episode.reward == rollout.reward and episode.task_id == "task"
+    assert [s.token_ids for s in episode.samples] == [s.tokens for s in rollout.samples]
+    assert [s.loss_mask for s in episode.samples] == [s.mask for s in rollout.samples]
+    assert [s.behavior_logprobs for s in episode.samples] == [s.logprobs for s in rollout.samples]
+    assert [s.parent_index for s in episode.samples] == [s.parent for s in rollout.samples]
+    for sample in episode.samples:
+        # Policy spans cover exactly the generated tokens.
+        covered = {p for span in sample.policy_versions for p in range(span.start, span.end)}
+        assert covered == {i for i, m in enumerate(sample.loss_mask) if m == 1}
+    assert len(episode.forks) == len(episode.samples)
+    assert all(f.mismatch is not ContinuityClass.EXACT for f in episode.forks)
+    assert len(episode.lineage) == len(set(episode.lineage))  # duplicates collapsed
+
+
+def test_nothing_to_train_on_is_an_empty_episode() -> None:
+    rollout = make_rollout(1, calls=0)
+    episode = assemble("r", rollout.records, created_us=0)
+    assert episode.samples == [] and episode.reward == rollout.reward
