@@ -7,6 +7,7 @@ an embedded local log on disk (``local:DIR``) for one machine without a broker.
 from __future__ import annotations
 
 from infra.eventlog.base import (
+    DEAD_LETTER_TOPIC,
     EPISODES_TOPIC,
     EVENTS_TOPIC,
     EventLogReader,
@@ -17,6 +18,7 @@ from infra.eventlog.base import (
 )
 
 __all__ = [
+    "DEAD_LETTER_TOPIC",
     "EPISODES_TOPIC",
     "EVENTS_TOPIC",
     "EventLogReader",

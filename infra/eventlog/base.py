@@ -12,6 +12,7 @@ from schemas.errors import ConfigError
 
 EVENTS_TOPIC = "openforge.events"  # completion, rollout and reward events, keyed by rollout id
 EPISODES_TOPIC = "openforge.episodes"  # assembled episodes, keyed by rollout id
+DEAD_LETTER_TOPIC = "openforge.deadletter"  # episodes that cannot be trained on, with the reason
 
 
 @dataclass(frozen=True, slots=True)

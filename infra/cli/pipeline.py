@@ -1,0 +1,54 @@
+"""``openforge pipeline``: assemble episodes from the event log (streaming) or an archive."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+app = typer.Typer(help="Beam jobs: events -> episodes (with rewards joined).", no_args_is_help=True)
+
+BEAM_ARGS = typer.Option(
+    help="A Beam pipeline option (repeatable), e.g. --beam-arg=--runner=FlinkRunner.",
+)
+
+
+@app.command("run")
+def run(
+    source: Annotated[str, typer.Option(help="Event log: kafka://HOST:PORT or local:DIR.")],
+    to: Annotated[
+        str | None, typer.Option(help="Event log for episodes (default: the source).")
+    ] = None,
+    archive: Annotated[
+        str | None, typer.Option(help="Also write episodes to this archive dir.")
+    ] = None,
+    lateness: Annotated[
+        float, typer.Option(help="Seconds a rollout waits for its reward.")
+    ] = 600.0,
+    stop_when_idle: Annotated[
+        float | None, typer.Option(help="Stop after this many idle seconds.")
+    ] = None,
+    beam_arg: Annotated[list[str] | None, BEAM_ARGS] = None,
+) -> None:
+    """Streaming: read events, assemble episodes, write them to the episodes topic."""
+    from pipeline.jobs import Outputs, run_streaming
+
+    run_streaming(source, Outputs(to or source, archive), beam_arg or [], lateness, stop_when_idle)
+
+
+@app.command("replay")
+def replay(
+    from_: Annotated[str, typer.Option("--from", help="Parquet archive of events.")],
+    to: Annotated[str, typer.Option(help="Archive dir for the rebuilt episodes.")],
+    log: Annotated[
+        str | None, typer.Option(help="Also publish episodes to this event log.")
+    ] = None,
+    lateness: Annotated[
+        float, typer.Option(help="Seconds a rollout waits for its reward.")
+    ] = 600.0,
+    beam_arg: Annotated[list[str] | None, BEAM_ARGS] = None,
+) -> None:
+    """Batch: rebuild every episode from an archive of events."""
+    from pipeline.jobs import Outputs, run_replay
+
+    run_replay(from_, Outputs(log, to), beam_arg or [], lateness)

@@ -1,0 +1,139 @@
+"""AssembleEpisodes: a stateful, per-rollout Beam transform that joins rewards.
+
+Input: ``(rollout_id, frame)`` pairs timestamped in event time (the frames the proxy publishes).
+Each rollout's frames are buffered until it has finished and its reward has arrived (then its
+episode is emitted at once), or until its deadline (``allowed_lateness`` after its latest event,
+in event time): then a rewarded rollout is emitted even if it never reported its end, and one with
+no reward goes to the dead-letter output with the reason. A reward arriving after the episode was
+emitted, or after the deadline, also goes to the dead-letter output. Nothing is dropped silently.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import apache_beam as beam
+from apache_beam.coders import BooleanCoder, BytesCoder, StrUtf8Coder
+from apache_beam.metrics.metric import Metrics
+from apache_beam.transforms.timeutil import TimeDomain
+from apache_beam.transforms.userstate import (
+    BagStateSpec,
+    ReadModifyWriteStateSpec,
+    TimerSpec,
+    on_timer,
+)
+from apache_beam.utils.timestamp import Duration, Timestamp
+
+from pipeline.assembly import assemble
+from schemas.codec import Record, decode_message, decode_messages
+from schemas.enums import TERMINAL_PHASES
+from schemas.episode import Episode
+from schemas.reward import RewardEvent
+from schemas.rollout import RolloutEvent
+
+NAMESPACE = "openforge.pipeline"
+DEAD_LETTER = "dead_letter"
+EMITTED, CLOSED = "emitted", "closed"
+
+
+class _AssembleFn(beam.DoFn):
+    FRAMES = BagStateSpec("frames", BytesCoder())
+    FINISHED = ReadModifyWriteStateSpec("finished", BooleanCoder())
+    REWARDED = ReadModifyWriteStateSpec("rewarded", BooleanCoder())
+    STATUS = ReadModifyWriteStateSpec("status", StrUtf8Coder())  # "", emitted, closed
+    LATEST = ReadModifyWriteStateSpec("latest", StrUtf8Coder())  # latest event time (micros)
+    DEADLINE = TimerSpec("deadline", TimeDomain.WATERMARK)
+
+    def __init__(self, allowed_lateness_s: float) -> None:
+        self.lateness = Duration.of(allowed_lateness_s)
+        self.events_read = Metrics.counter(NAMESPACE, "events_read")
+        self.episodes = Metrics.counter(NAMESPACE, "episodes_emitted")
+        self.dead_letters = Metrics.counter(NAMESPACE, "dead_letters")
+        self.late = Metrics.counter(NAMESPACE, "late_events")
+
+    def process(
+        self,
+        element: tuple[str, bytes],
+        timestamp: Any = beam.DoFn.TimestampParam,
+        frames: Any = beam.DoFn.StateParam(FRAMES),
+        finished: Any = beam.DoFn.StateParam(FINISHED),
+        rewarded: Any = beam.DoFn.StateParam(REWARDED),
+        status: Any = beam.DoFn.StateParam(STATUS),
+        latest: Any = beam.DoFn.StateParam(LATEST),
+        deadline: Any = beam.DoFn.TimerParam(DEADLINE),
+    ) -> Iterator[Any]:
+        rollout_id, frame = element
+        records = decode_message(frame)
+        self.events_read.inc(len(records))
+        if status.read():
+            # Already emitted or closed: only a (revised) reward is worth reporting.
+            if any(isinstance(r, RewardEvent) for r in records):
+                self.late.inc()
+                yield from self._dead_letter(
+                    rollout_id, records, f"reward arrived after the rollout was {status.read()}"
+                )
+            return
+        frames.add(frame)
+        if any(isinstance(r, RolloutEvent) and r.phase in TERMINAL_PHASES for r in records):
+            finished.write(True)
+        if any(isinstance(r, RewardEvent) for r in records):
+            rewarded.write(True)
+        micros = max(int(latest.read() or 0), timestamp.micros)
+        latest.write(str(micros))
+        deadline.set(Timestamp(micros=micros) + self.lateness)
+        if finished.read() and rewarded.read():
+            yield self._emit(rollout_id, frames)
+            status.write(EMITTED)
+            frames.clear()
+
+    @on_timer(DEADLINE)
+    def expire(
+        self,
+        key: Any = beam.DoFn.KeyParam,
+        frames: Any = beam.DoFn.StateParam(FRAMES),
+        rewarded: Any = beam.DoFn.StateParam(REWARDED),
+        finished: Any = beam.DoFn.StateParam(FINISHED),
+        status: Any = beam.DoFn.StateParam(STATUS),
+    ) -> Iterator[Any]:
+        if status.read():
+            return
+        if rewarded.read():  # rewarded but never reported its end: train on what is there
+            yield self._emit(key, frames)
+        else:
+            reason = "no reward by the deadline" + (
+                "" if finished.read() else "; the rollout never reported its end"
+            )
+            yield from self._dead_letter(key, decode_messages(frames.read()), reason)
+        status.write(CLOSED)
+        frames.clear()
+
+    def _emit(self, rollout_id: str, frames: Any) -> Episode:
+        episode = assemble(
+            rollout_id, decode_messages(frames.read()), created_us=time.time_ns() // 1000
+        )
+        self.episodes.inc()
+        for fork in episode.forks:
+            Metrics.counter(NAMESPACE, f"forks_{fork.mismatch.value}").inc()
+        return episode
+
+    def _dead_letter(self, rollout_id: str, records: list[Record], reason: str) -> Iterator[Any]:
+        self.dead_letters.inc()
+        episode = assemble(
+            rollout_id, records, created_us=time.time_ns() // 1000, dead_letter=reason
+        )
+        yield beam.pvalue.TaggedOutput(DEAD_LETTER, episode)
+
+
+class AssembleEpisodes(beam.PTransform):
+    """``(rollout_id, frame)`` -> episodes (main output) and ``dead_letter`` episodes."""
+
+    def __init__(self, allowed_lateness_s: float = 600.0) -> None:
+        super().__init__()
+        self.allowed_lateness_s = allowed_lateness_s
+
+    def expand(self, frames: Any) -> Any:
+        return frames | "AssembleByRollout" >> beam.ParDo(
+            _AssembleFn(self.allowed_lateness_s)
+        ).with_outputs(DEAD_LETTER, main="episodes")

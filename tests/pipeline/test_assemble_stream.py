@@ -1,0 +1,126 @@
+"""AssembleEpisodes on scripted streams (TestStream, BundleBasedDirectRunner): out-of-order
+calls, late and early rewards, duplicates, retries, forks, missing rewards."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import apache_beam as beam
+from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
+from apache_beam.testing.test_pipeline import TestPipeline as BeamTestPipeline
+from apache_beam.testing.test_stream import TestStream as ScriptedStream
+from apache_beam.testing.util import assert_that, equal_to
+from apache_beam.transforms.window import TimestampedValue
+
+from pipeline.assemble import DEAD_LETTER, AssembleEpisodes
+from schemas.codec import Record, encode_message
+from schemas.completion import CompletionEvent
+from schemas.reward import RewardEvent
+from schemas.rollout import RolloutEvent
+from tests.pipeline.rollouts import Rollout, make_rollout
+
+LATENESS = 100.0  # seconds of event time
+
+
+def _pipeline() -> BeamTestPipeline:
+    options = PipelineOptions(runner="BundleBasedDirectRunner")
+    options.view_as(StandardOptions).streaming = True
+    return BeamTestPipeline(options=options)
+
+
+def _frames(records: list[Record], at: float) -> list[TimestampedValue]:
+    return [TimestampedValue((r.rollout_id, encode_message([r])), at) for r in records]
+
+
+def _summary(episode: Any) -> tuple[Any, ...]:
+    return (
+        episode.rollout_id,
+        episode.reward,
+        tuple(tuple(s.token_ids) for s in episode.samples),
+        tuple(tuple(s.loss_mask) for s in episode.samples),
+        episode.dead_letter,
+    )
+
+
+def _expected(rollout: Rollout, dead: str | None = None) -> tuple[Any, ...]:
+    return (
+        rollout.rollout_id,
+        None if dead else rollout.reward,
+        tuple(tuple(s.tokens) for s in rollout.samples),
+        tuple(tuple(s.mask) for s in rollout.samples),
+        dead,
+    )
+
+
+def _split(rollout: Rollout) -> tuple[list[Record], list[Record], list[Record]]:
+    calls = [
+        r
+        for r in rollout.records
+        if isinstance(r, CompletionEvent | RolloutEvent)
+        and not (isinstance(r, RolloutEvent) and r.phase.value != "started")
+    ]
+    rewards = [r for r in rollout.records if isinstance(r, RewardEvent)]
+    ends = [
+        r for r in rollout.records if isinstance(r, RolloutEvent) and r.phase.value != "started"
+    ]
+    return calls, rewards, ends
+
+
+def test_scripted_stream_covers_every_case() -> None:
+    shuffled = make_rollout(1, "out-of-order", calls=10)  # with duplicates, retries, forks
+    late = make_rollout(2, "late-reward", calls=4)
+    early = make_rollout(3, "early-reward", calls=4)
+    missing = make_rollout(4, "no-reward", calls=3, with_reward=False)
+    unfinished = make_rollout(5, "never-finished", calls=3, finished=False)
+    too_late = make_rollout(6, "too-late", calls=3, with_reward=False)
+    assert any(len(r.samples) > 1 for r in (shuffled, late, early)), "a fork is scripted"
+
+    calls, rewards, ends = _split(shuffled)
+    calls = calls + [c for c in calls if isinstance(c, CompletionEvent)][:2]  # duplicates
+    random.Random(0).shuffle(calls)
+    l_calls, l_rewards, l_ends = _split(late)
+    e_calls, e_rewards, e_ends = _split(early)
+    m_calls, _, m_ends = _split(missing)
+    u_calls, u_rewards, _ = _split(unfinished)
+    t_calls, _, t_ends = _split(too_late)
+    late_reward = RewardEvent("too-late-reward", "too-late", 0.9, 0)
+
+    stream = (
+        ScriptedStream()
+        .advance_watermark_to(0)
+        .add_elements(_frames(e_rewards, 1))  # a reward before the first call
+        .add_elements(_frames(calls + rewards + ends, 2))
+        .add_elements(_frames(l_calls + l_ends + e_calls + m_calls + u_calls + t_calls, 3))
+        .advance_watermark_to(50)
+        .add_elements(_frames(l_rewards + e_ends + m_ends + t_ends, 60))  # late but in time
+        .add_elements(_frames(u_rewards, 70))
+        .advance_watermark_to(400)  # deadlines pass: dead letters and unfinished-but-rewarded
+        .add_elements(_frames([late_reward], 401))  # after too-late's deadline
+        .advance_watermark_to(1000)
+    )
+    with _pipeline() as p:
+        out = p | stream | AssembleEpisodes(allowed_lateness_s=LATENESS)
+        assert_that(
+            out.episodes | "main" >> beam.Map(_summary),
+            equal_to(
+                [
+                    _expected(shuffled),
+                    _expected(late),
+                    _expected(early),
+                    _expected(unfinished),
+                ]
+            ),
+            label="episodes",
+        )
+        assert_that(
+            out[DEAD_LETTER] | "dead" >> beam.Map(_summary),
+            equal_to(
+                [
+                    _expected(missing, dead="no reward by the deadline"),
+                    _expected(too_late, dead="no reward by the deadline"),
+                    ("too-late", 0.9, (), (), "reward arrived after the rollout was closed"),
+                ]
+            ),
+            label="dead letters",
+        )
