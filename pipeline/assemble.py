@@ -5,7 +5,10 @@ Each rollout's frames are buffered until it has finished and its reward has arri
 episode is emitted at once), or until its deadline (``allowed_lateness`` after its latest event,
 in event time): then a rewarded rollout is emitted even if it never reported its end, and one with
 no reward goes to the dead-letter output with the reason. A reward arriving after the episode was
-emitted, or after the deadline, also goes to the dead-letter output. Nothing is dropped silently.
+emitted, or later than the deadline in event time, also goes to the dead-letter output. Nothing
+is dropped silently. Lateness is judged by event time: an element within the deadline that is
+delivered after the deadline fired (Beam's local runner can fire timers early) reopens the
+rollout, and its episode supersedes the dead letter sent for it (same episode id).
 """
 
 from __future__ import annotations
@@ -52,6 +55,7 @@ class _AssembleFn(beam.DoFn):
         self.episodes = Metrics.counter(NAMESPACE, "episodes_emitted")
         self.dead_letters = Metrics.counter(NAMESPACE, "dead_letters")
         self.late = Metrics.counter(NAMESPACE, "late_events")
+        self.reopened = Metrics.counter(NAMESPACE, "reopened_after_deadline")
 
     def process(
         self,
@@ -67,22 +71,39 @@ class _AssembleFn(beam.DoFn):
         rollout_id, frame = element
         records = decode_message(frame)
         self.events_read.inc(len(records))
-        if status.read():
-            # Already emitted or closed: only a (revised) reward is worth reporting.
-            if any(isinstance(r, RewardEvent) for r in records):
+        has_reward = any(isinstance(r, RewardEvent) for r in records)
+        state = status.read()
+        reopened = False
+        if state == EMITTED:
+            if has_reward:  # a revised reward after the episode went out
                 self.late.inc()
                 yield from self._dead_letter(
-                    rollout_id, records, f"reward arrived after the rollout was {status.read()}"
+                    rollout_id, records, "reward arrived after the episode was emitted"
                 )
             return
+        if state == CLOSED:
+            if timestamp.micros > int(latest.read() or 0) + self.lateness.micros:
+                if has_reward:
+                    self.late.inc()
+                    yield from self._dead_letter(
+                        rollout_id, records, "reward arrived after the rollout's deadline"
+                    )
+                return
+            # In time by event time, so the deadline fired before this element was delivered
+            # (the local runner can do that): reopen. A dead letter already sent is superseded
+            # by the episode with the same episode id.
+            self.reopened.inc()
+            status.write("")
+            reopened = True
         frames.add(frame)
         if any(isinstance(r, RolloutEvent) and r.phase in TERMINAL_PHASES for r in records):
             finished.write(True)
-        if any(isinstance(r, RewardEvent) for r in records):
+        if has_reward:
             rewarded.write(True)
-        micros = max(int(latest.read() or 0), timestamp.micros)
-        latest.write(str(micros))
-        deadline.set(Timestamp(micros=micros) + self.lateness)
+        if not reopened:
+            micros = max(int(latest.read() or 0), timestamp.micros)
+            latest.write(str(micros))
+            deadline.set(Timestamp(micros=micros) + self.lateness)
         if finished.read() and rewarded.read():
             yield self._emit(rollout_id, frames)
             status.write(EMITTED)
@@ -106,8 +127,7 @@ class _AssembleFn(beam.DoFn):
                 "" if finished.read() else "; the rollout never reported its end"
             )
             yield from self._dead_letter(key, decode_messages(frames.read()), reason)
-        status.write(CLOSED)
-        frames.clear()
+        status.write(CLOSED)  # frames are kept: an element in time by event time reopens
 
     def _emit(self, rollout_id: str, frames: Any) -> Episode:
         episode = assemble(
@@ -136,4 +156,4 @@ class AssembleEpisodes(beam.PTransform):
     def expand(self, frames: Any) -> Any:
         return frames | "AssembleByRollout" >> beam.ParDo(
             _AssembleFn(self.allowed_lateness_s)
-        ).with_outputs(DEAD_LETTER, main="episodes")
+        ).with_input_types(tuple[str, bytes]).with_outputs(DEAD_LETTER, main="episodes")

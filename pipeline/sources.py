@@ -33,6 +33,11 @@ from schemas.codec import REGISTRY, decode_batch, encode_message, record_type
 from schemas.errors import EventLogError
 
 END = sys.maxsize
+# Records read per process() call. Large on purpose: FnApiRunner (the local runner) ignores SDF
+# watermark estimators and, after a mid-backlog checkpoint, can advance event time past elements
+# it has not delivered yet, firing reward deadlines early. Reading the backlog in one call avoids
+# that locally; Flink, Spark and Dataflow track the estimator's watermark.
+MAX_RECORDS_PER_CALL = 200_000
 _LOCAL_HEADER = struct.Struct(">IIQQi")
 
 
@@ -48,7 +53,8 @@ class _Partitions(RestrictionProvider):
 
 
 class _ReadPartitionFn(beam.DoFn):
-    """Element: ``(url, topic, partition)``. Positions: Kafka offsets, or local-log byte offsets."""
+    """Element: ``(url, topic, partition)``. Positions: Kafka offsets, or local-log byte offsets
+    (a record is claimed at its last byte)."""
 
     def __init__(self, stop_when_idle_s: float | None, poll_s: float = 0.2) -> None:
         self.stop_when_idle_s = stop_when_idle_s
@@ -69,66 +75,79 @@ class _ReadPartitionFn(beam.DoFn):
         start = tracker.current_restriction().start
         kind, where = parse_url(url)
         read = self._read_local if kind == "local" else self._read_kafka
-        got = 0
-        for position, next_position, key, value, ts_ms in read(where, topic, partition, start):
-            if not tracker.try_claim(position):
+        records, caught_up = read(where, topic, partition, start)
+        for last, key, value, ts_ms in records:
+            # Claim the record's last position: a checkpoint's remainder then starts exactly at
+            # the next record (local log: its byte offset; Kafka: its offset).
+            if not tracker.try_claim(last):
                 return
             ts = Timestamp(micros=ts_ms * 1000)
-            watermark.set_watermark(ts)
-            got += 1
+            current = watermark.current_watermark()
+            if current is None or ts > current:
+                watermark.set_watermark(ts)
             yield TimestampedValue(((key or b"").decode(), value), ts)
-            del next_position
-        self.records.inc(got)
+        self.records.inc(len(records))
         now = time.time()
-        if got:
+        if records or not caught_up:
             self._idle_since[element] = now
         idle_since = self._idle_since.setdefault(element, now)
         if self.stop_when_idle_s is not None and now - idle_since >= self.stop_when_idle_s:
             tracker.try_claim(END - 1)  # done: close the restriction
             return
-        # Everything written so far is read: event time may advance to (almost) now.
-        current = watermark.current_watermark()
-        idle_mark = Timestamp.of(now - 1.0)
-        if current is None or idle_mark > current:
-            watermark.set_watermark(idle_mark)
+        # Caught up, and nothing emitted in this bundle (so no element of it can fall behind):
+        # event time may advance to about now.
+        if caught_up and not records:
+            current = watermark.current_watermark()
+            idle_mark = Timestamp.of(now - 1.0)
+            if current is None or idle_mark > current:
+                watermark.set_watermark(idle_mark)
+        if not records:
+            time.sleep(self.poll_s)  # the local runner resumes at once, whatever delay we ask
         tracker.defer_remainder(Duration.of(self.poll_s))
 
     def _read_local(
         self, root: str, topic: str, partition: int, start: int
-    ) -> Iterator[tuple[int, int, bytes | None, bytes, int]]:
+    ) -> tuple[list[tuple[int, bytes | None, bytes, int]], bool]:
+        """Up to a bundle's worth of entries from byte ``start``; caught up at the end of file."""
         path = Path(root) / topic / "data.log"
+        out: list[tuple[int, bytes | None, bytes, int]] = []
         if not path.exists():
-            return
+            return out, True
         with open(path, "rb") as f:
             f.seek(start)
             position = start
-            for _ in range(5000):  # a bundle's worth; the rest after a checkpoint
+            while len(out) < MAX_RECORDS_PER_CALL:
                 header = f.read(_LOCAL_HEADER.size)
                 if len(header) < _LOCAL_HEADER.size:
-                    return
+                    return out, True
                 length, crc, _offset, ts_ms, key_len = _LOCAL_HEADER.unpack(header)
                 payload = f.read(length)
                 if len(payload) < length:
-                    return
+                    return out, True  # a writer is mid-append
                 if zlib.crc32(payload) != crc:
                     raise EventLogError(f"{path} is corrupt at byte {position}")
                 key = None if key_len < 0 else payload[:key_len]
-                end = position + _LOCAL_HEADER.size + length
-                yield position, end, key, payload[max(key_len, 0) :], ts_ms
-                position = end
+                position += _LOCAL_HEADER.size + length
+                out.append((position - 1, key, payload[max(key_len, 0) :], ts_ms))
+        return out, False
 
     def _read_kafka(
         self, servers: str, topic: str, partition: int, start: int
-    ) -> Iterator[tuple[int, int, bytes | None, bytes, int]]:
-        consumer = self._consumer(servers)
+    ) -> tuple[list[tuple[int, bytes | None, bytes, int]], bool]:
+        """One poll from offset ``start``; caught up when nothing is left before the end offset."""
         from kafka import TopicPartition
 
+        consumer = self._consumer(servers)
         tp = TopicPartition(topic, partition)
         consumer.assign([tp])
         consumer.seek(tp, start)
-        batches = consumer.poll(timeout_ms=int(self.poll_s * 1000), max_records=5000)
-        for record in batches.get(tp, []):
-            yield record.offset, record.offset + 1, record.key, record.value, record.timestamp
+        batches = consumer.poll(
+            timeout_ms=int(self.poll_s * 1000), max_records=MAX_RECORDS_PER_CALL
+        )
+        out = [(r.offset, r.key, r.value, r.timestamp) for r in batches.get(tp, [])]
+        next_offset = out[-1][0] + 1 if out else start
+        end = consumer.end_offsets([tp]).get(tp, 0)
+        return out, next_offset >= end
 
     def _consumer(self, servers: str) -> Any:
         consumer = getattr(self, "_kafka", None)

@@ -119,7 +119,7 @@ def test_scripted_stream_covers_every_case() -> None:
                 [
                     _expected(missing, dead="no reward by the deadline"),
                     _expected(too_late, dead="no reward by the deadline"),
-                    ("too-late", 0.9, (), (), "reward arrived after the rollout was closed"),
+                    ("too-late", 0.9, (), (), "reward arrived after the rollout's deadline"),
                 ]
             ),
             label="dead letters",

@@ -1,0 +1,139 @@
+"""The pipelines on Beam's local runner: streaming from the event log, replay from the archive,
+and end to end from a proxy in front of real vLLM through a real Kafka broker."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import openai
+
+from infra.eventlog import DEAD_LETTER_TOPIC, EPISODES_TOPIC, EVENTS_TOPIC, open_reader, open_writer
+from infra.local.kafka import KafkaBroker
+from infra.local.vllm import VLLMServer
+from pipeline.jobs import Outputs, run_replay, run_streaming
+from schemas.archive import ArchiveWriter, read_archive
+from schemas.codec import decode_message, encode_message
+from schemas.delta import Reconstructor
+from schemas.episode import Episode, episode_id_for
+from tests.pipeline.rollouts import make_rollout
+from tests.proxy.harness import completions_of, proxy_config, read_events, running_proxy
+
+
+def _episodes(url: str, topic: str, group: str) -> list[Episode]:
+    with open_reader(url, [topic], group) as reader:
+        out = [e for rec in reader.poll(1000, 2.0) for e in decode_message(rec.value)]
+    assert all(isinstance(e, Episode) for e in out)
+    return out  # type: ignore[return-value]
+
+
+def _summary(episodes: list[Episode]) -> dict[str, tuple[object, ...]]:
+    return {
+        e.rollout_id: (
+            e.reward,
+            [s.token_ids for s in e.samples],
+            [s.loss_mask for s in e.samples],
+            e.dead_letter,
+        )
+        for e in episodes
+    }
+
+
+def test_streaming_from_the_local_log_and_replay_from_the_archive_agree(tmp_path: Path) -> None:
+    url = f"local:{tmp_path / 'log'}"
+    rollouts = [make_rollout(i, f"r{i}", calls=6, with_reward=i != 2) for i in range(5)]
+    records = [rec for r in rollouts for rec in r.records]
+    with open_writer(url) as writer:
+        for rec in records:
+            writer.append(EVENTS_TOPIC, rec.rollout_id.encode(), encode_message([rec]))
+    ArchiveWriter(tmp_path / "events").write(records)
+
+    run_streaming(
+        url, Outputs(url, str(tmp_path / "stream")), allowed_lateness_s=5, stop_when_idle_s=3
+    )
+    run_replay(
+        str(tmp_path / "events"), Outputs(None, str(tmp_path / "replay")), allowed_lateness_s=5
+    )
+
+    streamed = _episodes(url, EPISODES_TOPIC, "t") + _episodes(url, DEAD_LETTER_TOPIC, "t")
+    replayed = list(read_archive(tmp_path / "replay" / "episodes", Episode)) + list(
+        read_archive(tmp_path / "replay" / "deadletter", Episode)
+    )
+    assert _summary(streamed) == _summary(replayed)
+    summary = _summary(streamed)
+    for r in rollouts:
+        reward, tokens, masks, dead = summary[r.rollout_id]
+        assert tokens == [s.tokens for s in r.samples] and masks == [s.mask for s in r.samples]
+        assert (reward, dead) == (
+            (None, "no reward by the deadline") if r.rollout_id == "r2" else (r.reward, None)
+        )
+    archived = list(read_archive(tmp_path / "stream" / "episodes", Episode))
+    assert sorted(e.episode_id for e in archived) == sorted(
+        episode_id_for(r.rollout_id) for r in rollouts if r.rollout_id != "r2"
+    )
+
+
+def test_proxy_to_kafka_to_pipeline_to_episodes_topic(
+    vllm_server: VLLMServer, kafka_broker: KafkaBroker, tmp_path: Path
+) -> None:
+    rollout = f"e2e-{uuid.uuid4().hex[:6]}"
+    config = proxy_config(vllm_server.base_url, tmp_path, log_url=kafka_broker.url)
+    with running_proxy(config) as p:
+        info = p.register(rollout, task_id="task-e2e", group_id="g1", harness="sdk")
+        client = openai.OpenAI(base_url=f"{p.url}/v1", api_key=info["api_key"])
+        history: list[dict[str, str]] = [{"role": "user", "content": "Write hello to a file."}]
+        for turn in range(3):
+            answer = client.chat.completions.create(
+                model="agent",
+                messages=history,  # type: ignore[arg-type]
+                max_tokens=12,
+                temperature=1.0,
+                seed=turn,
+            )
+            history += [
+                {"role": "assistant", "content": answer.choices[0].message.content or ""},
+                {"role": "user", "content": f"Next step {turn}."},
+            ]
+        import httpx
+
+        headers = {"authorization": f"Bearer {info['api_key']}"}
+        assert (
+            httpx.post(
+                f"{p.url}/rollout/{rollout}/reward", json={"reward": 1.0}, headers=headers
+            ).status_code
+            == 201
+        )
+        assert (
+            httpx.post(
+                f"{p.url}/admin/rollouts/{rollout}/finish", json={"exit_code": 0}
+            ).status_code
+            == 200
+        )
+        p.flush()
+    calls = completions_of(read_events(kafka_broker.url, group=f"{rollout}-check", want=5), rollout)
+    assert len(calls) == 3
+
+    run_streaming(
+        kafka_broker.url, Outputs(kafka_broker.url), allowed_lateness_s=30, stop_when_idle_s=4
+    )
+
+    (episode,) = [
+        e for e in _episodes(kafka_broker.url, EPISODES_TOPIC, rollout) if e.rollout_id == rollout
+    ]
+    assert episode.episode_id == episode_id_for(rollout)
+    assert episode.reward == 1.0 and episode.task_id == "task-e2e" and episode.group_id == "g1"
+    (sample,) = episode.samples  # three exact turns merge into one sample
+    rebuild = Reconstructor()
+    prompts = [rebuild.prompt(c) for c in calls]
+    assert sample.token_ids == prompts[-1] + calls[-1].completion_token_ids
+    generated = [i for i, m in enumerate(sample.loss_mask) if m]
+    expected = [
+        pos
+        for c, pr in zip(calls, prompts, strict=True)
+        for pos in range(len(pr), len(pr) + len(c.completion_token_ids))
+    ]
+    assert generated == expected
+    assert [sample.behavior_logprobs[i] for i in generated] == [
+        lp for c in calls for lp in c.completion_logprobs
+    ]
+    assert set(episode.lineage) >= {c.event_id for c in calls}
