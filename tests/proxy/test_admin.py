@@ -1,0 +1,94 @@
+"""Open-mode attribution, policy versions, weight-swap gating, upstream errors, metrics."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import httpx
+
+from infra.local.vllm import VLLMServer
+from schemas.enums import Dialect
+from tests.proxy.harness import completions_of, proxy_config, read_events, running_proxy
+
+CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+
+
+def test_open_mode_policy_versions_pause_errors_and_metrics(
+    vllm_server: VLLMServer, tmp_path: Path
+) -> None:
+    config = proxy_config(
+        vllm_server.base_url, tmp_path, open_mode=True, pause_mode="reject", admin_token="adm"
+    )
+    admin = {"authorization": "Bearer adm"}
+    session = uuid.uuid4().hex[:8]
+    with running_proxy(config) as p:
+        # Open mode: plain /v1 traffic is attributed by the harness's own session header.
+        resp = httpx.post(
+            f"{p.url}/v1/chat/completions", json=CHAT, headers={"session-id": session}, timeout=60
+        )
+        assert resp.status_code == 200
+        trace = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+        assert (
+            httpx.post(
+                f"{p.url}/v1/messages", json=CHAT, timeout=60, headers={"traceparent": trace}
+            ).status_code
+            == 200
+        )
+        resp = httpx.post(f"{p.url}/v1/chat/completions", json=CHAT, timeout=60)
+        assert resp.status_code == 401 and "session" in resp.json()["error"]["message"]
+
+        # The trainer sets the policy version; later tokens carry it.
+        assert httpx.post(f"{p.url}/admin/policy", json={"version": 7}).status_code == 401
+        assert (
+            httpx.post(f"{p.url}/admin/policy", json={"version": 7}, headers=admin).json()[
+                "version"
+            ]
+            == 7
+        )
+        # During a weight swap new requests get 429 with Retry-After (reject mode).
+        assert httpx.post(f"{p.url}/admin/pause", headers=admin).status_code == 200
+        resp = httpx.post(
+            f"{p.url}/v1/chat/completions", json=CHAT, headers={"session-id": session}
+        )
+        assert resp.status_code == 429 and resp.headers["retry-after"] == "1"
+        assert httpx.post(f"{p.url}/admin/resume", headers=admin).status_code == 200
+        assert (
+            httpx.post(
+                f"{p.url}/v1/chat/completions",
+                json=CHAT,
+                headers={"session-id": session},
+                timeout=60,
+            ).status_code
+            == 200
+        )
+
+        # An upstream error keeps its status, in the caller's dialect.
+        bad = {**CHAT, "temperature": -3.0}
+        resp = httpx.post(
+            f"{p.url}/v1/chat/completions", json=bad, headers={"session-id": session}, timeout=60
+        )
+        assert resp.status_code == 400 and "upstream error" in resp.json()["error"]["message"]
+        resp = httpx.post(
+            f"{p.url}/v1/messages",
+            json=bad,
+            headers={"session-id": session, "anthropic-version": "2023-06-01"},
+            timeout=60,
+        )
+        assert resp.status_code == 400 and resp.json()["type"] == "error"
+
+        metrics = httpx.get(f"{p.url}/metrics").text
+        assert 'openforge_proxy_requests_total{dialect="chat",status="200"}' in metrics
+        assert "openforge_proxy_events_published_total" in metrics
+        assert "openforge_proxy_policy_version 7.0" in metrics
+        p.flush()
+    events = completions_of(
+        read_events(config.log_url, group="admin", want=4), f"session-{session}"
+    )
+    assert [e.policy_versions[0].version for e in events if e.completion_token_ids] == [0, 7]
+    assert events[-1].status.value == "upstream_error"
+    traced = completions_of(
+        read_events(config.log_url, group="admin2", want=4),
+        "session-trace-4bf92f3577b34da6a3ce929d0e0e4736",
+    )
+    assert len(traced) == 1 and traced[0].dialect is Dialect.MESSAGES
