@@ -98,7 +98,11 @@ def rollout_correction(
         rollout_rs_threshold=cfg.rollout_rs_threshold,
     )
     tensor = None if weights is None else weights.batch["rollout_is_weights"]
-    return tensor, mask, {f"rollout_corr/{k}": float(v) for k, v in metrics.items()}
+    named = {
+        k if k.startswith("rollout_corr/") else f"rollout_corr/{k}": float(v)
+        for k, v in metrics.items()
+    }
+    return tensor, mask, named
 
 
 def policy_loss(

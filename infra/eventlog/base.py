@@ -59,8 +59,10 @@ class EventLogReader(abc.ABC):
         """Up to ``max_records`` records after the current position (waits up to ``timeout``)."""
 
     @abc.abstractmethod
-    def commit(self) -> None:
-        """Store the position after the last polled record for this group."""
+    def commit(self, positions: dict[tuple[str, int], int] | None = None) -> None:
+        """Store this group's position: after the last polled record, or, per (topic,
+        partition), the offset of the first record not yet done with (it is read again after a
+        restart). Only offsets polled since the last commit may be given."""
 
     @abc.abstractmethod
     def close(self) -> None: ...

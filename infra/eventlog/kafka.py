@@ -113,8 +113,19 @@ class KafkaReader(EventLogReader):
         out.sort(key=lambda r: (r.topic, r.partition, r.offset))
         return out
 
-    def commit(self) -> None:
+    def commit(self, positions: dict[tuple[str, int], int] | None = None) -> None:
         try:
+            if positions:
+                from kafka import TopicPartition
+                from kafka.structs import OffsetAndMetadata
+
+                self._consumer.commit(
+                    {
+                        TopicPartition(t, p): OffsetAndMetadata(o, "", -1)
+                        for (t, p), o in positions.items()
+                    }
+                )
+                return
             self._consumer.commit()
         except KafkaError as exc:
             raise EventLogError(f"Kafka commit failed: {exc}") from exc

@@ -148,6 +148,7 @@ class LocalReader(EventLogReader):
             else:
                 self._positions[topic] = LocalLog(root).end_offset(topic), self._size(topic)
         self._committed = dict(self._positions)
+        self._starts: dict[str, dict[int, int]] = {}  # offsets polled since the last commit
 
     def _group_file(self, topic: str) -> Path:
         return _topic_dir(self.root, topic) / "groups" / f"{self.group}.json"
@@ -189,6 +190,7 @@ class LocalReader(EventLogReader):
             key = None if key_len < 0 else payload[:key_len]
             value = payload[max(key_len, 0) :]
             out.append(LogRecord(topic, 0, offset, key, value, ts))
+            self._starts.setdefault(topic, {})[offset] = position
             offset += 1
             position += _HEADER.size + length
         self._positions[topic] = (offset, position)
@@ -206,8 +208,21 @@ class LocalReader(EventLogReader):
                 return out
             time.sleep(0.02)
 
-    def commit(self) -> None:
-        for topic, (offset, position) in self._positions.items():
+    def commit(self, positions: dict[tuple[str, int], int] | None = None) -> None:
+        targets = dict(self._positions)
+        for (topic, _partition), offset in (positions or {}).items():
+            start = self._starts.get(topic, {}).get(offset)
+            if start is None and offset != targets[topic][0]:
+                raise EventLogError(
+                    f"cannot commit offset {offset} of {topic}: it was not polled after the "
+                    "committed position"
+                )
+            if start is not None:
+                targets[topic] = (offset, start)
+        for topic, (offset, _) in targets.items():  # forget starts below the new position
+            starts = self._starts.get(topic, {})
+            self._starts[topic] = {o: p for o, p in starts.items() if o >= offset}
+        for topic, (offset, position) in targets.items():
             if self._committed.get(topic) == (offset, position):
                 continue
             path = self._group_file(topic)

@@ -57,3 +57,18 @@ def test_append_read_commit_resume(log_url: str) -> None:
         assert len(_drain(reader, 301)) == 301
     with open_reader(log_url, [topic], group="g3", from_beginning=False) as reader:
         assert reader.poll(timeout=1.0) == []
+
+
+def test_commit_an_earlier_position_to_read_records_again(log_url: str) -> None:
+    """A consumer that polled ahead commits the first record it has not finished with."""
+    topic = f"t{uuid.uuid4().hex[:8]}"
+    with open_writer(log_url) as writer:
+        for i in range(20):
+            writer.append(topic, b"k", f"v{i}".encode())
+        writer.flush()
+    with open_reader(log_url, [topic], group="g") as reader:
+        assert len(_drain(reader, 12)) == 12
+        reader.commit({(topic, 0): 5})
+    with open_reader(log_url, [topic], group="g") as reader:
+        again = _drain(reader, 15)
+    assert [r.offset for r in again] == list(range(5, 20))

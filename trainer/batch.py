@@ -1,0 +1,115 @@
+"""Episodes to training tensors, and to veRL's ``DataProto``.
+
+Each sample becomes one row. Per-token tensors cover positions 1..T-1 of the sample (the token at
+position t is predicted from positions < t): ``response_mask`` is the loss mask (1 on generated
+tokens), ``behavior_logprobs`` the engine's logprobs, ``token_level_rewards`` the episode's reward
+on the sample's last generated token. ``index`` holds each row's group (task) for GRPO/RLOO.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from schemas.episode import Episode
+
+
+@dataclass
+class TrainBatch:
+    input_ids: torch.Tensor  # [B, T] right-padded
+    attention_mask: torch.Tensor  # [B, T]
+    response_mask: torch.Tensor  # [B, T-1] float
+    behavior_logprobs: torch.Tensor  # [B, T-1] float32
+    token_level_rewards: torch.Tensor  # [B, T-1]
+    index: np.ndarray  # [B] group ids
+    episode_ids: list[str]
+    min_policy_version: list[int]  # per row: the oldest policy that generated its tokens
+
+    @property
+    def size(self) -> int:
+        return int(self.input_ids.shape[0])
+
+    def tokens(self) -> int:
+        return int(self.attention_mask.sum().item())
+
+
+def group_key(episode: Episode) -> str:
+    return episode.group_id or episode.task_id or episode.rollout_id
+
+
+def to_batch(episodes: list[Episode], pad_id: int = 0) -> TrainBatch:
+    rows = [(e, s) for e in episodes for s in e.samples if any(s.loss_mask)]
+    if not rows:
+        raise ValueError("no sample with generated tokens in these episodes")
+    length = max(len(s.token_ids) for _, s in rows)
+    b = len(rows)
+    input_ids = torch.full((b, length), pad_id, dtype=torch.long)
+    attention = torch.zeros((b, length), dtype=torch.long)
+    mask = torch.zeros((b, length - 1))
+    behavior = torch.zeros((b, length - 1))
+    rewards = torch.zeros((b, length - 1))
+    versions = []
+    for i, (episode, sample) in enumerate(rows):
+        n = len(sample.token_ids)
+        input_ids[i, :n] = torch.tensor(sample.token_ids)
+        attention[i, :n] = 1
+        mask[i, : n - 1] = torch.tensor(sample.loss_mask[1:], dtype=torch.float32)
+        behavior[i, : n - 1] = torch.tensor(sample.behavior_logprobs[1:], dtype=torch.float32)
+        last = int(mask[i].nonzero().max().item())
+        rewards[i, last] = float(episode.reward or 0.0)
+        versions.append(min((span.version for span in sample.policy_versions), default=0))
+    return TrainBatch(
+        input_ids=input_ids,
+        attention_mask=attention,
+        response_mask=mask,
+        behavior_logprobs=behavior,
+        token_level_rewards=rewards,
+        index=np.array([group_key(e) for e, _ in rows], dtype=object),
+        episode_ids=[e.episode_id for e, _ in rows],
+        min_policy_version=versions,
+    )
+
+
+def to_data_proto(batch: TrainBatch) -> Any:
+    """The batch as veRL's ``DataProto``, split into prompt and response the way veRL's actor
+    expects: the prompt is everything before a row's first generated token, left-padded; the
+    response is the rest, right-padded, with ``response_mask`` marking generated tokens."""
+    from verl import DataProto
+
+    rows = batch.size
+    firsts = [int(batch.response_mask[i].nonzero().min().item()) + 1 for i in range(rows)]
+    lengths = [int(batch.attention_mask[i].sum().item()) for i in range(rows)]
+    p_len = max(firsts)
+    r_len = max(n - f for n, f in zip(lengths, firsts, strict=True))
+    prompts = torch.zeros((rows, p_len), dtype=torch.long)
+    responses = torch.zeros((rows, r_len), dtype=torch.long)
+    attention = torch.zeros((rows, p_len + r_len), dtype=torch.long)
+    response_mask = torch.zeros((rows, r_len))
+    rollout_lp = torch.zeros((rows, r_len))
+    rewards = torch.zeros((rows, r_len))
+    for i, (first, n) in enumerate(zip(firsts, lengths, strict=True)):
+        ids = batch.input_ids[i, :n]
+        prompts[i, p_len - first :] = ids[:first]
+        responses[i, : n - first] = ids[first:]
+        attention[i, p_len - first : p_len + n - first] = 1
+        # Per-token tensors are indexed by predicted position - 1.
+        response_mask[i, : n - first] = batch.response_mask[i, first - 1 : n - 1]
+        rollout_lp[i, : n - first] = batch.behavior_logprobs[i, first - 1 : n - 1]
+        rewards[i, : n - first] = batch.token_level_rewards[i, first - 1 : n - 1]
+    position_ids = torch.clamp(torch.cumsum(attention, dim=-1) - 1, min=0)
+    return DataProto.from_dict(
+        tensors={
+            "prompts": prompts,
+            "responses": responses,
+            "input_ids": torch.cat([prompts, responses], dim=-1),
+            "attention_mask": attention,
+            "position_ids": position_ids,
+            "response_mask": response_mask,
+            "rollout_log_probs": rollout_lp,
+            "token_level_rewards": rewards,
+        },
+        non_tensors={"uid": batch.index, "episode_id": np.array(batch.episode_ids, dtype=object)},
+    )

@@ -1,0 +1,53 @@
+"""Trainer checkpoints: weights or adapter, optimizer, step, policy version, consumed episodes.
+
+A checkpoint is written to a temporary directory and renamed into place, then ``LATEST`` names it;
+only then does the trainer commit its position in the episode stream. After a crash between the
+two, the episodes delivered again are recognised by id and skipped: no episode is trained on twice,
+and none is skipped.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from trainer.backends.base import TrainerBackend
+
+
+@dataclass
+class TrainerState:
+    step: int = 0
+    policy_version: int = 0
+    seen: set[str] = field(default_factory=set)  # episode ids consumed (trained on or refused)
+
+
+def save(root: Path, backend: TrainerBackend, state: TrainerState) -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    final = root / f"step-{state.step:08d}"
+    tmp = root / f".tmp-{final.name}-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    backend.save(tmp)
+    (tmp / "state.json").write_text(
+        json.dumps(
+            {"step": state.step, "policy_version": state.policy_version, "seen": sorted(state.seen)}
+        )
+    )
+    shutil.rmtree(final, ignore_errors=True)
+    tmp.rename(final)
+    latest = root / "LATEST"
+    latest.with_suffix(".tmp").write_text(final.name)
+    latest.with_suffix(".tmp").replace(latest)
+    return final
+
+
+def load_latest(root: Path, backend: TrainerBackend) -> TrainerState | None:
+    latest = root / "LATEST"
+    if not latest.exists():
+        return None
+    directory = root / latest.read_text().strip()
+    backend.load(directory)
+    data = json.loads((directory / "state.json").read_text())
+    return TrainerState(int(data["step"]), int(data["policy_version"]), set(data["seen"]))

@@ -1,0 +1,124 @@
+"""The training loop, in algorithm order: episodes -> batch -> corrected update -> weights -> log.
+
+summary = train(TrainerConfig(episodes="local:events", model_dir=..., out_dir=...))
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from trainer import checkpoint
+from trainer.algorithms import AlgorithmConfig
+from trainer.backends.cpu import CPUBackend
+from trainer.batch import to_batch
+from trainer.metrics_log import MetricsLog
+from trainer.stream import EpisodeSource, EpisodeStream, StreamConfig, policy_lag
+from trainer.weight_sync import WeightSync
+
+
+@dataclass
+class TrainerConfig:
+    """Attributes:
+    episodes: where finished episodes come from: ``kafka://HOST:PORT``, ``local:DIR`` or
+        ``archive:DIR``.
+    model_dir: the base model (Hugging Face format).
+    out_dir: checkpoints, metrics.csv, tensorboard/, reward_curve.png, consumed.jsonl.
+    lora_rank: train a LoRA adapter of this rank (None: full weights).
+    lr: AdamW learning rate.
+    algo, stream: veRL algorithm settings; episode admission, grouping and batching.
+    steps: stop after this many updates (None: run until idle_timeout).
+    idle_timeout: stop after this many seconds without a complete batch (None: never).
+    checkpoint_every: updates between checkpoints.
+    sync: hand new weights to vLLM (and bump the proxy's policy version) every ``sync_every``.
+    group: consumer group in the event log (the trainer's position survives restarts).
+    """
+
+    episodes: str
+    model_dir: Path
+    out_dir: Path
+    lora_rank: int | None = 8
+    lr: float = 1e-3
+    algo: AlgorithmConfig = field(default_factory=AlgorithmConfig)
+    stream: StreamConfig = field(default_factory=StreamConfig)
+    steps: int | None = None
+    idle_timeout: float | None = 30.0
+    checkpoint_every: int = 1
+    sync: WeightSync | None = None
+    sync_every: int = 1
+    group: str = "openforge-trainer"
+    seed: int = 0
+
+
+def train(cfg: TrainerConfig) -> dict[str, Any]:
+    backend = CPUBackend(cfg.model_dir, lora_rank=cfg.lora_rank, lr=cfg.lr, seed=cfg.seed)
+    ckpt_dir = cfg.out_dir / "checkpoints"
+    state = checkpoint.load_latest(ckpt_dir, backend) or checkpoint.TrainerState()
+    source = EpisodeSource(cfg.episodes, group=cfg.group)
+    stream = EpisodeStream(source, cfg.stream, seen=state.seen)
+    log = MetricsLog(cfg.out_dir)
+    consumed = open(cfg.out_dir / "consumed.jsonl", "a")  # noqa: SIM115 - closed below
+    last_batch = time.monotonic()
+    try:
+        while cfg.steps is None or state.step < cfg.steps:
+            episodes = stream.next_batch(state.policy_version, timeout=0.5)
+            if episodes is None:
+                if (
+                    cfg.idle_timeout is not None
+                    and time.monotonic() - last_batch > cfg.idle_timeout
+                ):
+                    break
+                continue
+            last_batch = time.monotonic()
+            stream.trained(episodes)
+            batch = to_batch(episodes)
+            t0 = time.perf_counter()
+            metrics = backend.train_step(batch, cfg.algo)
+            metrics["time/step_s"] = time.perf_counter() - t0
+            state.step += 1
+            rewards = [float(e.reward or 0.0) for e in episodes]
+            lags = [policy_lag(e, state.policy_version) for e in episodes]
+            metrics.update(
+                {
+                    "reward/mean": sum(rewards) / len(rewards),
+                    "staleness/mean": sum(lags) / len(lags),
+                    "staleness/max": max(lags),
+                    "stream/duplicates": stream.stats.duplicates,
+                    "stream/dead_letters": stream.stats.dead_letters,
+                    "stream/stale_dropped": stream.stats.stale_dropped,
+                    "stream/stale_kept": stream.stats.stale_kept,
+                    "data/episodes": len(episodes),
+                }
+            )
+            if cfg.sync is not None and state.step % cfg.sync_every == 0:
+                adapter = backend.export_for_inference(cfg.out_dir / "export" / f"v{state.step}")
+                state.policy_version += 1
+                metrics["sync/seconds"] = cfg.sync.swap(adapter, state.policy_version)
+            metrics["policy/version"] = state.policy_version
+            consumed.write(
+                json.dumps({"step": state.step, "episodes": [e.episode_id for e in episodes]})
+                + "\n"
+            )
+            consumed.flush()
+            log.log(state.step, metrics)
+            if state.step % cfg.checkpoint_every == 0:
+                state.seen = stream.done_ids()
+                checkpoint.save(ckpt_dir, backend, state)
+                stream.commit()
+        state.seen = stream.done_ids()
+        checkpoint.save(ckpt_dir, backend, state)
+        stream.commit()
+    finally:
+        consumed.close()
+        log.plot_rewards()
+        log.close()
+        source.close()
+    return {
+        "steps": state.step,
+        "policy_version": state.policy_version,
+        "stats": stream.stats,
+        "out_dir": str(cfg.out_dir),
+    }

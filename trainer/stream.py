@@ -1,0 +1,171 @@
+"""The episode stream: finished episodes in, training batches out.
+
+Reads the ``episodes`` topic of the event log (Kafka or local, as a consumer group) or a Parquet
+archive; drops duplicates (same episode id) and counts dead letters; applies staleness admission
+control; groups episodes by task so group-relative advantages compare like with like; and cuts
+batches by token budget. Every decision is counted, nothing is dropped silently.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from infra.eventlog import EPISODES_TOPIC, EventLogReader, open_reader
+from schemas.archive import read_archive
+from schemas.codec import decode_message
+from schemas.episode import Episode
+from schemas.errors import ConfigError
+from trainer.batch import group_key
+
+Position = tuple[tuple[str, int], int]  # ((topic, partition), offset)
+
+
+@dataclass(frozen=True)
+class StreamConfig:
+    """Attributes:
+    group_size: episodes of one task per group (GRPO compares within a group); 1 disables.
+    token_budget: tokens per batch (prompt and generated, all samples).
+    max_staleness: admitted policy-version lag (current version - oldest version in the episode).
+    stale: what to do beyond it: ``drop`` (counted) or ``keep`` (counted, trained on).
+    """
+
+    group_size: int = 4
+    token_budget: int = 16_384
+    max_staleness: int = 4
+    stale: str = "drop"
+
+
+@dataclass
+class StreamStats:
+    read: int = 0
+    duplicates: int = 0
+    dead_letters: int = 0
+    stale_dropped: int = 0
+    stale_kept: int = 0
+    empty: int = 0
+    by_reason: Counter[str] = field(default_factory=Counter)
+
+
+def policy_lag(episode: Episode, current_version: int) -> int:
+    versions = [s.version for sample in episode.samples for s in sample.policy_versions]
+    return current_version - min(versions) if versions else 0
+
+
+class EpisodeSource:
+    """Episodes from ``kafka://...``, ``local:DIR`` (consumer ``group``) or ``archive:DIR``."""
+
+    def __init__(self, url: str, group: str = "openforge-trainer") -> None:
+        self.url = url
+        self._reader: EventLogReader | None = None
+        self._archive: Iterator[Episode] | None = None
+        if url.startswith("archive:"):
+            root = Path(url.removeprefix("archive:"))
+            if not root.exists():
+                raise ConfigError(f"no archive at {root}")
+            self._archive = read_archive(root, Episode)
+        else:
+            self._reader = open_reader(url, [EPISODES_TOPIC], group=group)
+
+    def poll(self, timeout: float = 1.0) -> list[tuple[Episode, Position | None]]:
+        """Episodes with their log position ((topic, partition), offset); None from archives."""
+        if self._archive is not None:
+            return [(e, None) for _, e in zip(range(256), self._archive, strict=False)]
+        assert self._reader is not None
+        return [
+            (e, ((rec.topic, rec.partition), rec.offset))
+            for rec in self._reader.poll(max_records=256, timeout=timeout)
+            for e in decode_message(rec.value)
+            if isinstance(e, Episode)
+        ]
+
+    def commit(self, pending: list[Position]) -> None:
+        """Store the stream position, keeping episodes read but not yet trained on (``pending``)
+        to be read again after a restart."""
+        if self._reader is None:
+            return
+        first: dict[tuple[str, int], int] = {}
+        for partition, offset in pending:
+            first[partition] = min(offset, first.get(partition, offset))
+        self._reader.commit(first or None)
+
+    def close(self) -> None:
+        if self._reader is not None:
+            self._reader.close()
+
+
+class EpisodeStream:
+    """Admits, deduplicates and groups episodes; yields batches (lists of whole groups)."""
+
+    def __init__(self, source: EpisodeSource, config: StreamConfig, seen: set[str] | None = None):
+        if config.stale not in ("drop", "keep"):
+            raise ConfigError(f"stale must be 'drop' or 'keep', not {config.stale!r}")
+        self.source, self.config = source, config
+        self.seen: set[str] = set(seen or ())
+        self.stats = StreamStats()
+        self._groups: dict[str, list[Episode]] = defaultdict(list)
+        self._ready: list[list[Episode]] = []
+        self._positions: dict[str, Position] = {}  # admitted, not yet trained on
+
+    def _admit(self, episode: Episode, current_version: int) -> bool:
+        self.stats.read += 1
+        if episode.episode_id in self.seen:
+            self.stats.duplicates += 1
+            return False
+        self.seen.add(episode.episode_id)
+        if episode.dead_letter is not None:
+            self.stats.dead_letters += 1
+            self.stats.by_reason[episode.dead_letter] += 1
+            return False
+        if not any(any(s.loss_mask) for s in episode.samples):
+            self.stats.empty += 1
+            return False
+        if policy_lag(episode, current_version) > self.config.max_staleness:
+            if self.config.stale == "drop":
+                self.stats.stale_dropped += 1
+                return False
+            self.stats.stale_kept += 1
+        return True
+
+    def next_batch(self, current_version: int, timeout: float = 1.0) -> list[Episode] | None:
+        """Whole groups up to the token budget, or None if none is complete yet."""
+        for episode, position in self.source.poll(timeout):
+            if not self._admit(episode, current_version):
+                continue
+            if position is not None:
+                self._positions[episode.episode_id] = position
+            group = self._groups[group_key(episode)]
+            group.append(episode)
+            if len(group) >= self.config.group_size:
+                self._ready.append(group[: self.config.group_size])
+                del self._groups[group_key(episode)]
+        if not self._ready:
+            return None
+        batch: list[Episode] = []
+        tokens = 0
+        while self._ready:
+            size = sum(len(s.token_ids) for e in self._ready[0] for s in e.samples)
+            if batch and tokens + size > self.config.token_budget:
+                break
+            batch += self._ready.pop(0)
+            tokens += size
+        return batch
+
+    def pending(self) -> int:
+        return sum(len(g) for g in self._groups.values()) + sum(len(g) for g in self._ready)
+
+    def trained(self, episodes: list[Episode]) -> None:
+        for episode in episodes:
+            self._positions.pop(episode.episode_id, None)
+
+    def done_ids(self) -> set[str]:
+        """Ids of episodes trained on or refused: everything seen but the pending ones."""
+        pending = {e.episode_id for g in self._groups.values() for e in g}
+        pending |= {e.episode_id for g in self._ready for e in g}
+        return self.seen - pending
+
+    def commit(self) -> None:
+        """Commit the source position without losing admitted-but-untrained episodes."""
+        self.source.commit(list(self._positions.values()))
