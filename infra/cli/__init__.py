@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from infra.cli import demo, model, pipeline, proxy, services
+from infra.cli import demo, model, pipeline, proxy, services, trainer
 
 app = typer.Typer(
     name="openforge",
@@ -15,6 +15,7 @@ app = typer.Typer(
 app.add_typer(services.app, name="services")
 app.add_typer(model.app, name="model")
 app.add_typer(pipeline.app, name="pipeline")
+app.add_typer(trainer.app, name="trainer")
 app.command("demo")(demo.demo)
 app.command("proxy")(proxy.proxy)
 

@@ -1,0 +1,82 @@
+"""``openforge trainer``: train on finished episodes, streaming."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+app = typer.Typer(
+    help="Off-policy-corrected RL on episodes (veRL's algorithms).", no_args_is_help=True
+)
+
+
+@app.command("run")
+def run(
+    episodes: Annotated[str, typer.Option(help="kafka://HOST:PORT, local:DIR or archive:DIR.")],
+    model: Annotated[Path, typer.Option(help="Base model directory (Hugging Face format).")],
+    out: Annotated[Path, typer.Option(help="Checkpoints, metrics and plots go here.")] = Path(
+        "run"
+    ),
+    lora_rank: Annotated[int, typer.Option(help="LoRA rank; 0 trains full weights.")] = 8,
+    lr: Annotated[float, typer.Option(help="AdamW learning rate.")] = 1e-3,
+    advantage: Annotated[
+        str, typer.Option(help="veRL advantage estimator: grpo, rloo, ...")
+    ] = "grpo",
+    policy_loss: Annotated[
+        str, typer.Option(help="veRL policy loss: vanilla, gspo, ...")
+    ] = "vanilla",
+    rollout_is: Annotated[
+        str, typer.Option(help="IS correction: token, sequence or none.")
+    ] = "token",
+    is_threshold: Annotated[float, typer.Option(help="IS weight truncation.")] = 2.0,
+    rollout_rs: Annotated[
+        str | None, typer.Option(help="Rejection mask, e.g. token_icepop.")
+    ] = None,
+    group_size: Annotated[int, typer.Option(help="Episodes per task group.")] = 4,
+    token_budget: Annotated[int, typer.Option(help="Tokens per batch.")] = 16384,
+    max_staleness: Annotated[int, typer.Option(help="Admitted policy-version lag.")] = 4,
+    stale: Annotated[str, typer.Option(help="Beyond it: drop or keep (counted).")] = "drop",
+    steps: Annotated[int | None, typer.Option(help="Stop after this many updates.")] = None,
+    idle_timeout: Annotated[
+        float | None, typer.Option(help="Stop when idle this long (s).")
+    ] = None,
+    vllm: Annotated[str | None, typer.Option(help="vLLM URL to hot-load adapters into.")] = None,
+    proxy: Annotated[
+        str | None, typer.Option(help="Proxy URL whose policy version to bump.")
+    ] = None,
+    admin_token: Annotated[str | None, typer.Option(envvar="OPENFORGE_ADMIN_TOKEN")] = None,
+    lora_name: Annotated[str, typer.Option(help="Adapter name served by vLLM.")] = "policy",
+) -> None:
+    """Consume episodes, update the policy, hand weights to vLLM, checkpoint; resumable."""
+    from trainer.algorithms import AlgorithmConfig
+    from trainer.loop import TrainerConfig, train
+    from trainer.stream import StreamConfig
+    from trainer.weight_sync import WeightSync
+
+    sync = WeightSync(vllm, lora_name, proxy, admin_token) if vllm else None
+    summary = train(
+        TrainerConfig(
+            episodes=episodes,
+            model_dir=model,
+            out_dir=out,
+            lora_rank=lora_rank or None,
+            lr=lr,
+            algo=AlgorithmConfig(
+                advantage=advantage,
+                policy_loss=policy_loss,
+                rollout_is=None if rollout_is == "none" else rollout_is,
+                rollout_is_threshold=is_threshold,
+                rollout_rs=rollout_rs,
+            ),
+            stream=StreamConfig(group_size, token_budget, max_staleness, stale),
+            steps=steps,
+            idle_timeout=idle_timeout,
+            sync=sync,
+        )
+    )
+    typer.echo(
+        f"{summary['steps']} steps, policy version {summary['policy_version']}, "
+        f"metrics in {out}/metrics.csv"
+    )
