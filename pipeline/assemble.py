@@ -56,6 +56,7 @@ class _AssembleFn(beam.DoFn):
         self.dead_letters = Metrics.counter(NAMESPACE, "dead_letters")
         self.late = Metrics.counter(NAMESPACE, "late_events")
         self.reopened = Metrics.counter(NAMESPACE, "reopened_after_deadline")
+        self.early = Metrics.counter(NAMESPACE, "early_deadlines_deferred")
 
     def process(
         self,
@@ -113,20 +114,31 @@ class _AssembleFn(beam.DoFn):
     def expire(
         self,
         key: Any = beam.DoFn.KeyParam,
+        fired_at: Any = beam.DoFn.TimestampParam,
         frames: Any = beam.DoFn.StateParam(FRAMES),
         rewarded: Any = beam.DoFn.StateParam(REWARDED),
         finished: Any = beam.DoFn.StateParam(FINISHED),
         status: Any = beam.DoFn.StateParam(STATUS),
+        deadline: Any = beam.DoFn.TimerParam(DEADLINE),
     ) -> Iterator[Any]:
         if status.read():
             return
+        if fired_at.micros > time.time_ns() // 1000:
+            # Event times are the log's wall-clock append times, so a deadline still in the
+            # future cannot truly have passed: the runner fired early (Beam's local runner does
+            # while it holds undelivered elements). Ask again; decide when it is real.
+            self.early.inc()
+            deadline.set(fired_at)
+            return
         if rewarded.read():  # rewarded but never reported its end: train on what is there
             yield self._emit(key, frames)
-        else:
-            reason = "no reward by the deadline" + (
-                "" if finished.read() else "; the rollout never reported its end"
-            )
-            yield from self._dead_letter(key, decode_messages(frames.read()), reason)
+            status.write(EMITTED)
+            frames.clear()
+            return
+        reason = "no reward by the deadline" + (
+            "" if finished.read() else "; the rollout never reported its end"
+        )
+        yield from self._dead_letter(key, decode_messages(frames.read()), reason)
         status.write(CLOSED)  # frames are kept: an element in time by event time reopens
 
     def _emit(self, rollout_id: str, frames: Any) -> Episode:
@@ -156,4 +168,6 @@ class AssembleEpisodes(beam.PTransform):
     def expand(self, frames: Any) -> Any:
         return frames | "AssembleByRollout" >> beam.ParDo(
             _AssembleFn(self.allowed_lateness_s)
-        ).with_input_types(tuple[str, bytes]).with_outputs(DEAD_LETTER, main="episodes")
+        ).with_input_types(beam.typehints.Tuple[str, bytes]).with_outputs(
+            DEAD_LETTER, main="episodes"
+        )

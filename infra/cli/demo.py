@@ -1,60 +1,65 @@
-"""``openforge demo``: the main job on a fresh machine.
+"""``openforge demo``: the main job, a real RL training run on one CPU.
 
-For now: build the tiny model, start vLLM on it, send one chat completion, and print the engine's
-token ids and logprobs. The CPU training run replaces it when the trainer lands.
+Builds the tiny model, serves it with vLLM (LoRA adapter ``policy``), runs the capture proxy, a
+rollout driver, the Beam pipeline and the trainer, and prints the reward per training step.
 """
 
 from __future__ import annotations
 
+import csv
+from pathlib import Path
 from typing import Annotated
 
-import httpx
 import typer
 from rich.console import Console
 from rich.table import Table
 
 
 def demo(
-    seed: Annotated[int, typer.Option(help="Seed of the tiny model.")] = 0,
-    prompt: Annotated[str, typer.Option(help="The user message.")] = "Write hello world to a file.",
-    max_tokens: Annotated[int, typer.Option(help="Tokens to generate.")] = 16,
+    steps: Annotated[int, typer.Option(help="Training steps (policy updates).")] = 12,
+    group_size: Annotated[int, typer.Option(help="Rollouts per task (GRPO group).")] = 4,
+    lr: Annotated[float, typer.Option(help="Learning rate of the LoRA adapter.")] = 1e-2,
+    seed: Annotated[int, typer.Option(help="Seed of the tiny model and the trainer.")] = 0,
+    out: Annotated[Path, typer.Option(help="Where the run's logs, events and plots go.")] = Path(
+        "runs/demo"
+    ),
 ) -> None:
-    """Build the tiny model, serve it with vLLM, show one completion's token ids and logprobs."""
+    """Train the tiny model with RL on CPU: vLLM, proxy, Beam pipeline, veRL losses, weight sync."""
     from infra.cli.model import default_tiny_dir
-    from infra.local.vllm import VLLMServer
     from infra.tiny_model import build_tiny_model
+    from infra.training_demo import DemoConfig, run_demo
 
     console = Console()
     with console.status("building the tiny model"):
         model = build_tiny_model(default_tiny_dir(seed), seed=seed)
     console.print(f"model: {model}")
-    server = VLLMServer(model)
-    try:
-        with console.status("starting vLLM (20-40 s on CPU)"):
-            server.start()
-        resp = httpx.post(
-            f"{server.base_url}/v1/chat/completions",
-            json={
-                "model": server.served_model_name,
-                "messages": [{"role": "user", "content": prompt}],
-                "max_tokens": max_tokens,
-                "temperature": 1.0,
-                "seed": seed,
-                "logprobs": True,
-                "return_token_ids": True,
-            },
-            timeout=120,
+    summary = run_demo(
+        out,
+        DemoConfig(steps=steps, group_size=group_size, lr=lr, seed=seed),
+        model,
+        say=console.print,
+    )
+    rows = list(csv.DictReader((out / "trainer" / "metrics.csv").read_text().splitlines()))
+    table = Table("step", "episodes", "mean reward", "IS weight mean", "staleness max", "swap s")
+    for r in rows:
+        table.add_row(
+            r["step"],
+            r["data/episodes"],
+            f"{float(r['reward/mean']):.3f}",
+            f"{float(r.get('rollout_corr/rollout_is_mean') or 0):.3f}",
+            r["staleness/max"],
+            f"{float(r.get('sync/seconds') or 0):.3f}",
         )
-        resp.raise_for_status()
-        body = resp.json()
-    finally:
-        server.stop()
-    choice = body["choices"][0]
-    console.print(f"prompt token ids ({len(body['prompt_token_ids'])}): {body['prompt_token_ids']}")
-    table = Table("#", "token id", "text", "logprob")
-    for i, (tid, lp) in enumerate(
-        zip(choice["token_ids"], choice["logprobs"]["content"], strict=True)
-    ):
-        table.add_row(str(i), str(tid), repr(lp["token"]), f"{lp['logprob']:.4f}")
     console.print(table)
-    console.print(f"finish_reason: {choice['finish_reason']}")
+    rewards = [float(r["reward/mean"]) for r in rows]
+    k = max(1, len(rewards) // 3)
+    console.print(
+        f"{summary['steps']} updates from {summary['rollouts']} rollouts in "
+        f"{float(summary['seconds']):.0f} s (policy version {summary['policy_version']}); mean "
+        f"reward {sum(rewards[:k]) / k:.3f} over the first {k} steps -> "
+        f"{sum(rewards[-k:]) / k:.3f} over the last {k}"
+    )
+    console.print(
+        f"metrics: {out}/trainer/metrics.csv; reward curve: "
+        f"{out}/trainer/reward_curve.png; events: {out}/log"
+    )

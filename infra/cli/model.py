@@ -26,3 +26,45 @@ def build_tiny(
 
     build_tiny_model(out_dir, seed=seed)
     typer.echo(f"{out_dir}  sha256:{directory_digest(out_dir)[:16]}")
+
+
+@app.command("sample")
+def sample(
+    prompt: Annotated[str, typer.Option(help="The user message.")] = "Write hello world to a file.",
+    max_tokens: Annotated[int, typer.Option(help="Tokens to generate.")] = 16,
+    seed: Annotated[int, typer.Option(help="Seed of the tiny model.")] = 0,
+) -> None:
+    """Serve the tiny model with vLLM and show one completion's token ids and logprobs."""
+    import httpx
+    from rich.console import Console
+    from rich.table import Table
+
+    from infra.local.vllm import VLLMServer
+    from infra.tiny_model import build_tiny_model
+
+    console = Console()
+    model = build_tiny_model(default_tiny_dir(seed), seed=seed)
+    with console.status("starting vLLM (20-40 s on CPU)"), VLLMServer(model) as server:
+        resp = httpx.post(
+            f"{server.base_url}/v1/chat/completions",
+            json={
+                "model": server.served_model_name,
+                "messages": [{"role": "user", "content": prompt}],
+                "max_tokens": max_tokens,
+                "temperature": 1.0,
+                "seed": seed,
+                "logprobs": True,
+                "return_token_ids": True,
+            },
+            timeout=120,
+        )
+        resp.raise_for_status()
+        body = resp.json()
+    choice = body["choices"][0]
+    console.print(f"prompt token ids ({len(body['prompt_token_ids'])}): {body['prompt_token_ids']}")
+    table = Table("#", "token id", "text", "logprob")
+    for i, (tid, lp) in enumerate(
+        zip(choice["token_ids"], choice["logprobs"]["content"], strict=True)
+    ):
+        table.add_row(str(i), str(tid), repr(lp["token"]), f"{lp['logprob']:.4f}")
+    console.print(table)
