@@ -45,6 +45,7 @@ def lowercase_reward(text: str) -> float:
 class DemoConfig:
     steps: int = 12
     group_size: int = 4
+    groups_per_step: int = 2
     max_tokens: int = 24
     lr: float = 1e-2
     seed: int = 0
@@ -91,10 +92,21 @@ class RolloutDriver(threading.Thread):
         ).raise_for_status()
         self.rollouts += 1
 
+    def _policy_version(self) -> int:
+        return int(httpx.get(f"{self.proxy_url}/admin/policy", timeout=30).json()["version"])
+
     def run(self) -> None:
         task = 0
+        per_version: dict[int, int] = {}
         try:
             while not self.stop.is_set():
+                # Stay close to on-policy: a few groups per policy version, then wait for the
+                # trainer's next update.
+                version = self._policy_version()
+                if per_version.get(version, 0) >= self.cfg.groups_per_step:
+                    time.sleep(0.2)
+                    continue
+                per_version[version] = per_version.get(version, 0) + 1
                 group = f"g-{uuid.uuid4().hex[:8]}"
                 for _ in range(self.cfg.group_size):
                     if self.stop.is_set():
