@@ -25,16 +25,8 @@ class LogRecord:
     timestamp_ms: int
 
 
-class EventLogWriter(abc.ABC):
-    """Appends records. ``append`` may buffer; after ``flush`` returns, everything is durable."""
-
-    @abc.abstractmethod
-    def append(self, topic: str, key: bytes | None, value: bytes) -> None:
-        """Queue one record; raise :class:`EventLogError` if the log cannot take it."""
-
-    @abc.abstractmethod
-    def flush(self, timeout: float = 30.0) -> None:
-        """Block until every appended record is durable, or raise :class:`EventLogError`."""
+class _Closing(abc.ABC):
+    """Closed on leaving a ``with`` block."""
 
     @abc.abstractmethod
     def close(self) -> None: ...
@@ -51,7 +43,19 @@ class EventLogWriter(abc.ABC):
         self.close()
 
 
-class EventLogReader(abc.ABC):
+class EventLogWriter(_Closing):
+    """Appends records. ``append`` may buffer; after ``flush`` returns, everything is durable."""
+
+    @abc.abstractmethod
+    def append(self, topic: str, key: bytes | None, value: bytes) -> None:
+        """Queue one record; raise :class:`EventLogError` if the log cannot take it."""
+
+    @abc.abstractmethod
+    def flush(self, timeout: float = 30.0) -> None:
+        """Block until every appended record is durable, or raise :class:`EventLogError`."""
+
+
+class EventLogReader(_Closing):
     """Reads records of some topics as a consumer group member; positions survive restarts."""
 
     @abc.abstractmethod
@@ -63,20 +67,6 @@ class EventLogReader(abc.ABC):
         """Store this group's position: after the last polled record, or, per (topic,
         partition), the offset of the first record not yet done with (it is read again after a
         restart). Only offsets polled since the last commit may be given."""
-
-    @abc.abstractmethod
-    def close(self) -> None: ...
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
 
 def parse_url(url: str) -> tuple[str, str]:

@@ -11,10 +11,9 @@ import shutil
 import subprocess
 import tempfile
 from pathlib import Path
-from types import TracebackType
 
 from infra import paths
-from infra.local.process import ServiceProcess, free_port, port_open, tail
+from infra.local.process import LocalService, ServiceProcess, free_port, port_open, tail
 from schemas.errors import ServiceError
 
 _LOG4J2 = """\
@@ -59,7 +58,7 @@ def _server_properties(data_dir: Path, port: int, controller_port: int) -> str:
     return "".join(f"{k}={v}\n" for k, v in props.items())
 
 
-class KafkaBroker:
+class KafkaBroker(LocalService):
     """Start (``__enter__``) and stop (``__exit__``) a throwaway single-node broker.
 
     Args:
@@ -69,6 +68,8 @@ class KafkaBroker:
         ready_timeout: seconds to wait for the listener before failing with the log's tail.
         port: the client listener's port (default: a free one).
     """
+
+    description = "Kafka broker"
 
     def __init__(
         self,
@@ -161,26 +162,9 @@ class KafkaBroker:
         except ServiceError as exc:
             raise ServiceError(f"{exc}\nBroker log:\n{tail(self.log_path)}") from exc
 
-    def check_alive(self) -> None:
-        if self._process is None:
-            raise ServiceError("the Kafka broker is not running")
-        self._process.check_alive()
-
     def stop(self) -> None:
         if self._process is not None:
             self._process.stop()
             self._process = None
         if self._own_dir:
             shutil.rmtree(self.data_dir, ignore_errors=True)
-
-    def __enter__(self) -> KafkaBroker:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()

@@ -7,6 +7,7 @@ carrying one, so a test suite can check that it left nothing behind.
 
 from __future__ import annotations
 
+import abc
 import contextlib
 import os
 import signal
@@ -16,6 +17,8 @@ import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from types import TracebackType
+from typing import Self
 
 from schemas.errors import ServiceError
 
@@ -170,3 +173,34 @@ def leftover_processes(owner: int | None = None) -> list[int]:
         if state != "Z":
             alive.append(pid)
     return alive
+
+
+class LocalService(abc.ABC):
+    """A local service with ``start``/``stop``, usable as a context manager."""
+
+    description = "service"
+    _process: ServiceProcess | None = None
+
+    @abc.abstractmethod
+    def start(self) -> None: ...
+
+    @abc.abstractmethod
+    def stop(self) -> None: ...
+
+    def check_alive(self) -> None:
+        """Raise :class:`ServiceError` (with the log's tail) unless the service is running."""
+        if self._process is None:
+            raise ServiceError(f"the {self.description} is not running")
+        self._process.check_alive()
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()

@@ -13,16 +13,15 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from types import TracebackType
 
 import httpx
 
 from infra import paths
-from infra.local.process import ServiceProcess, free_port
+from infra.local.process import LocalService, ServiceProcess, free_port
 from schemas.errors import ServiceError
 
 
-class VLLMServer:
+class VLLMServer(LocalService):
     """Start (``__enter__``) and stop (``__exit__``) a vLLM server for ``model_dir``.
 
     Args:
@@ -34,6 +33,8 @@ class VLLMServer:
         extra_args: more ``api_server`` flags.
         ready_timeout: seconds to wait for ``/health`` before failing with the log's tail.
     """
+
+    description = "vLLM server"
 
     def __init__(
         self,
@@ -136,25 +137,8 @@ class VLLMServer:
         self._process.start()
         self._process.wait_ready(self._healthy, timeout=self.ready_timeout, interval=0.5)
 
-    def check_alive(self) -> None:
-        if self._process is None:
-            raise ServiceError("the vLLM server is not running")
-        self._process.check_alive()
-
     def stop(self) -> None:
         if self._process is not None:
             self._process.stop(grace=20.0)
             self._process = None
         shutil.rmtree(self._tmp, ignore_errors=True)
-
-    def __enter__(self) -> VLLMServer:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
