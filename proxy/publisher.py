@@ -27,7 +27,7 @@ _STOP = object()
 Frame = tuple[bytes, bytes, int]  # (key, frame, records in it)
 
 
-def frames_of(records: list[Record], max_per_frame: int = 256) -> list[Frame]:
+def frames_of(records: list[Record], max_per_frame: int = 32) -> list[Frame]:
     """Records as frames keyed by rollout id: each rollout's records keep their order, and a run
     of same-typed records of one rollout shares a frame (Arrow's per-frame cost is paid once)."""
     by_rollout: dict[str, list[Record]] = {}
@@ -77,7 +77,7 @@ class Publisher:
         self._next_retry = 0.0
         self._done = threading.Condition()
         self._enqueued = self._handled = 0
-        self._max_batch = 512
+        self._max_batch = 128
         self.stats = PublisherStats()
         self._spooled_pending = False
         self._thread = threading.Thread(target=self._run, name="openforge-publisher", daemon=True)
