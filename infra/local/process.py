@@ -162,6 +162,11 @@ def kill_tagged(service_id: str, timeout: float = 10.0) -> None:
         time.sleep(0.1)
 
 
+def processes_of(service_id: str) -> list[int]:
+    """Pids of the processes (the service and its descendants) carrying ``service_id``."""
+    return _tagged_pids(service_id)
+
+
 def leftover_processes(owner: int | None = None) -> list[int]:
     """Pids of live (non-zombie) service processes started by process ``owner`` (default: us)."""
     alive = []

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from infra.local.process import ServiceProcess, leftover_processes
+from infra.local.process import ServiceProcess, processes_of
 from schemas.errors import ServiceError
 
 
@@ -34,11 +34,11 @@ def test_stop_kills_the_whole_process_tree(tmp_path: Path) -> None:
     proc = ServiceProcess("tree", [sys.executable, "-c", child], tmp_path / "tree.log")
     proc.start()
     deadline = time.monotonic() + 20
-    while len(leftover_processes()) < 2 and time.monotonic() < deadline:
+    while len(processes_of(proc.service_id)) < 2 and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert len(leftover_processes()) >= 2
+    assert len(processes_of(proc.service_id)) == 2  # the service and its child
     proc.stop(grace=5)
-    assert leftover_processes() == []
+    assert processes_of(proc.service_id) == []
 
 
 def test_not_ready_in_time_is_an_error_and_the_process_is_stopped(tmp_path: Path) -> None:
@@ -48,4 +48,4 @@ def test_not_ready_in_time_is_an_error_and_the_process_is_stopped(tmp_path: Path
     proc.start()
     with pytest.raises(ServiceError, match="not ready after"):
         proc.wait_ready(lambda: False, timeout=1)
-    assert leftover_processes() == []  # stopped, not left behind
+    assert processes_of(proc.service_id) == []  # stopped, not left behind
