@@ -7,6 +7,7 @@ rollout driver, the Beam pipeline and the trainer, and prints the reward per tra
 from __future__ import annotations
 
 import csv
+import signal
 from pathlib import Path
 from typing import Annotated
 
@@ -30,6 +31,8 @@ def demo(
     from infra.training_demo import DemoConfig, run_demo
 
     console = Console()
+    # SIGTERM unwinds like Ctrl-C, so vLLM, the proxy and the pipeline are stopped, not orphaned.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     with console.status("building the tiny model"):
         model = build_tiny_model(default_tiny_dir(seed), seed=seed)
     console.print(f"model: {model}")
