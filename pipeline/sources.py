@@ -11,10 +11,8 @@ ends after that long without new records (for tests and catch-up jobs).
 from __future__ import annotations
 
 import os
-import struct
 import sys
 import time
-import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -28,6 +26,7 @@ from apache_beam.transforms.window import TimestampedValue
 from apache_beam.utils.timestamp import Duration, Timestamp
 
 from infra.eventlog.base import EVENTS_TOPIC, parse_url
+from infra.eventlog.local import read_entries
 from schemas.archive import archive_files
 from schemas.codec import REGISTRY, decode_batch, encode_message, record_type
 from schemas.errors import EventLogError
@@ -38,7 +37,6 @@ END = sys.maxsize
 # it has not delivered yet, firing reward deadlines early. Reading the backlog in one call avoids
 # that locally; Flink, Spark and Dataflow track the estimator's watermark.
 MAX_RECORDS_PER_CALL = 200_000
-_LOCAL_HEADER = struct.Struct(">IIQQi")
 
 
 class _Partitions(RestrictionProvider):
@@ -110,26 +108,11 @@ class _ReadPartitionFn(beam.DoFn):
     ) -> tuple[list[tuple[int, bytes | None, bytes, int]], bool]:
         """Up to a bundle's worth of entries from byte ``start``; caught up at the end of file."""
         path = Path(root) / topic / "data.log"
-        out: list[tuple[int, bytes | None, bytes, int]] = []
         if not path.exists():
-            return out, True
+            return [], True
         with open(path, "rb") as f:
-            f.seek(start)
-            position = start
-            while len(out) < MAX_RECORDS_PER_CALL:
-                header = f.read(_LOCAL_HEADER.size)
-                if len(header) < _LOCAL_HEADER.size:
-                    return out, True
-                length, crc, _offset, ts_ms, key_len = _LOCAL_HEADER.unpack(header)
-                payload = f.read(length)
-                if len(payload) < length:
-                    return out, True  # a writer is mid-append
-                if zlib.crc32(payload) != crc:
-                    raise EventLogError(f"{path} is corrupt at byte {position}")
-                key = None if key_len < 0 else payload[:key_len]
-                position += _LOCAL_HEADER.size + length
-                out.append((position - 1, key, payload[max(key_len, 0) :], ts_ms))
-        return out, False
+            entries, at_end = read_entries(f, start, MAX_RECORDS_PER_CALL)
+        return [(e.end - 1, e.key, e.value, e.timestamp_ms) for e in entries], at_end
 
     def _read_kafka(
         self, servers: str, topic: str, partition: int, start: int

@@ -60,6 +60,14 @@ def _actor_config(cfg: AlgorithmConfig) -> FSDPActorConfig:
     )
 
 
+def _lookup(get: Any, registry: Any, name: str, what: str) -> Any:
+    """A veRL registry entry; a bad name lists the valid ones."""
+    try:
+        return get(name)
+    except (ValueError, KeyError) as exc:
+        raise ConfigError(f"unknown {what} {name!r}; choose one of {sorted(registry)}") from exc
+
+
 def compute_advantages(
     cfg: AlgorithmConfig,
     token_level_rewards: torch.Tensor,
@@ -67,13 +75,12 @@ def compute_advantages(
     index: np.ndarray,
 ) -> torch.Tensor:
     """Per-token advantages ``[batch, response_len]`` from outcome rewards."""
-    try:
-        fn = core_algos.get_adv_estimator_fn(cfg.advantage)
-    except (ValueError, KeyError) as exc:
-        raise ConfigError(
-            f"unknown advantage estimator {cfg.advantage!r}; choose one of "
-            f"{sorted(core_algos.ADV_ESTIMATOR_REGISTRY)}"
-        ) from exc
+    fn = _lookup(
+        core_algos.get_adv_estimator_fn,
+        core_algos.ADV_ESTIMATOR_REGISTRY,
+        cfg.advantage,
+        "advantage estimator",
+    )
     advantages, _returns = fn(
         token_level_rewards=token_level_rewards, response_mask=response_mask, index=index
     )
@@ -114,13 +121,12 @@ def policy_loss(
     is_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, Any]]:
     """veRL's policy loss (a scalar) and its metrics (``actor/pg_clipfrac``, ...)."""
-    try:
-        fn = core_algos.get_policy_loss_fn(cfg.policy_loss)
-    except (ValueError, KeyError) as exc:
-        raise ConfigError(
-            f"unknown policy loss {cfg.policy_loss!r}; choose one of "
-            f"{sorted(core_algos.POLICY_LOSS_REGISTRY)}"
-        ) from exc
+    fn = _lookup(
+        core_algos.get_policy_loss_fn,
+        core_algos.POLICY_LOSS_REGISTRY,
+        cfg.policy_loss,
+        "policy loss",
+    )
     loss, metrics = fn(
         old_log_prob=old_logprobs,
         log_prob=logprobs,

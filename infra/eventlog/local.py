@@ -18,6 +18,7 @@ import os
 import struct
 import time
 import zlib
+from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
@@ -32,6 +33,49 @@ def _topic_dir(root: Path, topic: str) -> Path:
     if not topic or "/" in topic or topic.startswith("."):
         raise EventLogError(f"invalid topic name {topic!r}")
     return root / topic
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One complete entry of a local-log file; ``end`` is the byte after it."""
+
+    offset: int
+    start: int
+    end: int
+    key: bytes | None
+    value: bytes
+    timestamp_ms: int
+
+
+def read_entries(
+    f: BinaryIO, start: int, limit: int, expect_offset: int | None = None
+) -> tuple[list[Entry], bool]:
+    """Up to ``limit`` complete entries from byte ``start``; True when the end of the written
+    data (or a writer mid-append) was reached. Checks each entry's crc, and its offset when
+    ``expect_offset`` gives the first one."""
+    f.seek(start)
+    out: list[Entry] = []
+    position = start
+    while len(out) < limit:
+        header = f.read(_HEADER.size)
+        if len(header) < _HEADER.size:
+            return out, True
+        length, crc, offset, ts_ms, key_len = _HEADER.unpack(header)
+        payload = f.read(length)
+        if len(payload) < length:
+            return out, True  # a writer is mid-append; read it next time
+        expected = None if expect_offset is None else expect_offset + len(out)
+        if zlib.crc32(payload) != crc or (expected is not None and offset != expected):
+            where = f"offset {expected if expected is not None else offset} (byte {position})"
+            raise EventLogError(
+                f"local log {getattr(f, 'name', '?')} is corrupt at {where}; move the damaged "
+                "file aside and replay from the archive"
+            )
+        end = position + _HEADER.size + length
+        key = None if key_len < 0 else payload[:key_len]
+        out.append(Entry(offset, position, end, key, payload[max(key_len, 0) :], ts_ms))
+        position = end
+    return out, False
 
 
 class LocalLog:
@@ -172,29 +216,13 @@ class LocalReader(EventLogReader):
         if f is None:
             return []
         offset, position = self._positions[topic]
-        out: list[LogRecord] = []
-        f.seek(position)
-        while len(out) < limit:
-            header = f.read(_HEADER.size)
-            if len(header) < _HEADER.size:
-                break
-            length, crc, stored_offset, ts, key_len = _HEADER.unpack(header)
-            payload = f.read(length)
-            if len(payload) < length:
-                break  # a writer is mid-append; read it next time
-            if zlib.crc32(payload) != crc or stored_offset != offset:
-                raise EventLogError(
-                    f"local log {self.root}/{topic} is corrupt at offset {offset} (byte "
-                    f"{position}); move the damaged file aside and replay from the archive"
-                )
-            key = None if key_len < 0 else payload[:key_len]
-            value = payload[max(key_len, 0) :]
-            out.append(LogRecord(topic, 0, offset, key, value, ts))
-            self._starts.setdefault(topic, {})[offset] = position
-            offset += 1
-            position += _HEADER.size + length
-        self._positions[topic] = (offset, position)
-        return out
+        entries, _ = read_entries(f, position, limit, expect_offset=offset)
+        starts = self._starts.setdefault(topic, {})
+        for entry in entries:
+            starts[entry.offset] = entry.start
+        if entries:
+            self._positions[topic] = (entries[-1].offset + 1, entries[-1].end)
+        return [LogRecord(topic, 0, e.offset, e.key, e.value, e.timestamp_ms) for e in entries]
 
     def poll(self, max_records: int = 500, timeout: float = 1.0) -> list[LogRecord]:
         deadline = time.monotonic() + timeout
