@@ -62,6 +62,21 @@ def _head(messages: list[Message]) -> int:
     return n
 
 
+def rewrites_failed(messages: list[Message], last: LastCall) -> bool:
+    """A failed turn resent with its user text rewritten, everything else equal (OpenClaw wraps
+    the prompt in a "continue the interrupted task" note when it retries)."""
+    if last.status is CompletionStatus.OK or len(messages) != len(last.messages):
+        return False
+    diff = [i for i, (a, b) in enumerate(zip(messages, last.messages, strict=True)) if a != b]
+    if not diff:
+        return False
+    if diff == [len(messages) - 1]:
+        return True  # only the last message changed
+    return len(diff) <= 2 and all(
+        messages[i].get("role") == "user" == last.messages[i].get("role") for i in diff
+    )
+
+
 def classify(messages: list[Message], expected: list[Message]) -> ContinuityClass:
     """Why ``messages`` is not an extension of ``expected`` (best effort, for audits)."""
     k = common_prefix(messages, expected)
@@ -104,6 +119,10 @@ class ContinuityTracker:
             )
             if s > score:
                 best, score = thread, s
+        if best is None:  # no shared history: perhaps a failed turn with its prompt rewritten
+            for thread in reversed(self.threads):
+                if thread.last is not None and rewrites_failed(messages, thread.last):
+                    return thread
         return best
 
     def plan(self, req: TurnRequest, renderer: Renderer) -> Plan:
@@ -143,11 +162,7 @@ class ContinuityTracker:
                 tools_key=tools_key,
                 rendered=not same_tools,
             )
-        if (
-            last.status is not CompletionStatus.OK
-            and len(msgs) == len(last.messages)
-            and msgs[:-1] == last.messages[:-1]
-        ):  # a failed turn, resent with a rewritten prompt
+        if rewrites_failed(msgs, last):  # a failed turn, resent with a rewritten prompt
             return Plan(
                 thread,
                 ContinuityClass.RETRY,

@@ -159,6 +159,10 @@ class CompletionsUpstream(Upstream):
                         yield chunk
         except TimeoutError as exc:
             raise ProxyError(504, f"upstream timed out: {exc!r}", code="upstream_timeout") from exc
+        except aiohttp.ClientPayloadError as exc:
+            raise ProxyError(
+                502, f"upstream stream broke off: {exc!r}", code="upstream_stream_broken"
+            ) from exc
         except aiohttp.ClientError as exc:
             raise ProxyError(
                 502, f"upstream unreachable: {exc!r}", code="upstream_unreachable"

@@ -34,12 +34,15 @@ def _messages(raw: list[Any]) -> list[Message]:
     out: list[Message] = []
     for i, message in enumerate(raw):
         require(
-            isinstance(message, dict) and message.get("role") in ("user", "assistant"),
-            f"messages[{i}].role must be 'user' or 'assistant'",
+            isinstance(message, dict) and message.get("role") in ("user", "assistant", "system"),
+            f"messages[{i}].role must be 'user', 'assistant' or 'system'",
             "messages",
         )
         blocks = _blocks(message.get("content"), i)
         text = "".join(b.get("text", "") for b in blocks if b["type"] == "text")
+        if message["role"] == "system":  # mid-conversation context (Claude Code sends these)
+            out.append({"role": "system", "content": text})
+            continue
         if message["role"] == "assistant":
             msg: Message = {"role": "assistant", "content": text}
             calls = [b for b in blocks if b["type"] == "tool_use"]

@@ -121,3 +121,24 @@ def test_sub_agents_and_side_calls_get_threads_of_their_own(renderer: Renderer) 
         _req([{"role": "user", "content": "title this"}], model="small", tools=[]), renderer
     )
     assert title.thread.side_call and title.parent_event_id is None
+
+
+def test_failed_turn_with_rewritten_prompt_before_trailing_context_is_a_retry(
+    renderer: Renderer,
+) -> None:
+    """OpenClaw's retry: the prompt is rewritten, its trailing context message stays the same."""
+    context = {"role": "user", "content": "[internal context] cwd=/work"}
+    tracker = ContinuityTracker("r")
+    failed, _ = _answer(
+        renderer, tracker, _req([SYS, USER, context]), "e0", CompletionStatus.UPSTREAM_ERROR
+    )
+    rewritten = {"role": "user", "content": "[Queued] fix the bug\n\nContinue the task."}
+    retry = tracker.plan(_req([SYS, rewritten, context]), renderer)
+    assert retry.continuity is ContinuityClass.RETRY and retry.retry_of == "e0"
+    assert retry.thread is failed.thread
+
+    # The same shape after a successful call is a new thread, not a retry.
+    tracker = ContinuityTracker("r")
+    _answer(renderer, tracker, _req([SYS, USER, context]), "e0")
+    other = tracker.plan(_req([SYS, rewritten, context]), renderer)
+    assert other.continuity is not ContinuityClass.RETRY and other.retry_of is None
