@@ -1,0 +1,138 @@
+"""The harness boundary: how to install, configure, run and read one agent harness.
+
+A :class:`Harness` knows four things about an unmodified agent CLI:
+
+- where ``scripts/setup harnesses`` installed it (pinned npm version, under the cache);
+- how to configure one rollout: a private home directory with the harness's config files, the
+  proxy's per-rollout base URL and key, telemetry and update checks off;
+- the headless command line for a task;
+- how to read the outcome from its output: final message and the harness's own session id.
+
+Running it (process group, timeout, clean-up, registering the rollout) is
+:mod:`infra.harnesses.runner`'s job, the same for every harness.
+"""
+
+from __future__ import annotations
+
+import abc
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import ClassVar
+
+from infra import paths
+from schemas.enums import Dialect
+from schemas.errors import SetupError
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """Where a rollout's harness sends its model calls: the proxy, scoped to one rollout."""
+
+    proxy_url: str  # http://HOST:PORT, no path
+    rollout_id: str
+    api_key: str  # the rollout's key (attributes calls even without the path)
+    model: str = "tiny"
+
+    @property
+    def rollout_base(self) -> str:
+        """The per-rollout prefix: ``{proxy}/rollout/{id}`` (append ``/v1`` for OpenAI)."""
+        return f"{self.proxy_url.rstrip('/')}/rollout/{self.rollout_id}"
+
+
+@dataclass(frozen=True)
+class RolloutDirs:
+    """A rollout's private directories: the harness's home (config, state) and its workspace."""
+
+    home: Path
+    workspace: Path
+
+    @classmethod
+    def under(cls, root: Path) -> RolloutDirs:
+        dirs = cls(root / "home", root / "workspace")
+        dirs.home.mkdir(parents=True, exist_ok=True)
+        dirs.workspace.mkdir(parents=True, exist_ok=True)
+        return dirs
+
+
+@dataclass
+class Invocation:
+    """A prepared command: argv, the full environment and the working directory."""
+
+    argv: list[str]
+    env: dict[str, str]
+    cwd: Path
+
+
+@dataclass
+class Report:
+    """What the harness said about its run, read from its own output."""
+
+    final_message: str | None = None
+    session_id: str | None = None
+    extra: dict[str, str] = field(default_factory=dict)
+
+
+# Variables of the calling environment a harness may see; everything else is left out so that a
+# rollout cannot pick up the operator's credentials, proxies or config.
+_PASSTHROUGH = ("LANG", "LC_ALL", "TERM", "TZ", "SHELL", "USER", "LOGNAME", "TMPDIR")
+
+
+class Harness(abc.ABC):
+    """One agent harness, run unmodified."""
+
+    name: ClassVar[str]  # our name for it, also recorded on RolloutEvents
+    package: ClassVar[str]  # the npm package
+    version_key: ClassVar[str]  # its pin in infra/versions.env
+    binary: ClassVar[str]  # the executable under node_modules/.bin
+    dialect: ClassVar[Dialect]  # the API it speaks to the proxy
+
+    @property
+    def version(self) -> str:
+        return paths.versions()[self.version_key]
+
+    def install_dir(self) -> Path:
+        return paths.cache_dir() / "harnesses" / f"{self.name}-{self.version}"
+
+    def executable(self) -> Path:
+        path = self.install_dir() / "node_modules" / ".bin" / self.binary
+        if not path.exists() or not (self.install_dir() / ".complete").exists():
+            raise SetupError(
+                f"{self.name} {self.version} is not installed at {self.install_dir()}: "
+                "run `scripts/setup harnesses`."
+            )
+        return path
+
+    def node_bin_dir(self) -> Path | None:
+        """A directory to put first on PATH for the harness's Node (None: the system's)."""
+        return None
+
+    def base_env(self, dirs: RolloutDirs) -> dict[str, str]:
+        """A clean environment: the rollout's home, a minimal PATH, no inherited secrets."""
+        env = {k: os.environ[k] for k in _PASSTHROUGH if k in os.environ}
+        path = [str(self.executable().parent), "/usr/local/bin", "/usr/bin", "/bin"]
+        node = self.node_bin_dir()
+        if node is not None:
+            path.insert(0, str(node))
+        env.update(
+            HOME=str(dirs.home),
+            PATH=":".join(path),
+            XDG_CONFIG_HOME=str(dirs.home / ".config"),
+            XDG_CACHE_HOME=str(dirs.home / ".cache"),
+            XDG_DATA_HOME=str(dirs.home / ".local" / "share"),
+            NO_COLOR="1",
+            CI="1",
+            DO_NOT_TRACK="1",
+        )
+        env.setdefault("LANG", "C.UTF-8")
+        return env
+
+    @abc.abstractmethod
+    def invocation(
+        self, task: str, endpoint: Endpoint, dirs: RolloutDirs, timeout_s: float
+    ) -> Invocation:
+        """Write the rollout's config under ``dirs.home`` and return the headless command."""
+
+    @abc.abstractmethod
+    def report(self, stdout: str) -> Report:
+        """Read the final message and session id from the harness's output."""

@@ -1,0 +1,77 @@
+"""Anthropic Claude Code: Messages API (streaming, with a ``stream:false`` fallback)."""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+
+from infra.harnesses.base import Endpoint, Harness, Invocation, Report, RolloutDirs
+from schemas.enums import Dialect
+
+
+class ClaudeCode(Harness):
+    name = "claude-code"
+    package = "@anthropic-ai/claude-code"
+    version_key = "CLAUDE_CODE_VERSION"
+    binary = "claude"
+    dialect = Dialect.MESSAGES
+
+    def __init__(self, max_retries: int = 2) -> None:
+        self.max_retries = max_retries
+
+    def invocation(
+        self, task: str, endpoint: Endpoint, dirs: RolloutDirs, timeout_s: float
+    ) -> Invocation:
+        env = self.base_env(dirs)
+        env.update(
+            ANTHROPIC_BASE_URL=endpoint.rollout_base,
+            ANTHROPIC_API_KEY=endpoint.api_key,
+            ANTHROPIC_MODEL=endpoint.model,
+            # Side calls (titles, summaries) go to the same policy, so they are recorded too.
+            ANTHROPIC_SMALL_FAST_MODEL=endpoint.model,
+            ANTHROPIC_DEFAULT_HAIKU_MODEL=endpoint.model,
+            CLAUDE_CONFIG_DIR=str(dirs.home / ".claude"),
+            CLAUDE_CODE_MAX_RETRIES=str(self.max_retries),
+            API_TIMEOUT_MS=str(int(timeout_s * 1000)),
+            DISABLE_TELEMETRY="1",
+            DISABLE_AUTOUPDATER="1",
+            DISABLE_ERROR_REPORTING="1",
+            DISABLE_BUG_COMMAND="1",
+            CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1",
+        )
+        if os.geteuid() == 0:
+            env["IS_SANDBOX"] = "1"  # it refuses to skip permissions as root otherwise
+        argv = [
+            str(self.executable()),
+            "-p",
+            task,
+            "--output-format",
+            "stream-json",
+            "--verbose",
+            "--dangerously-skip-permissions",
+            "--model",
+            endpoint.model,
+            "--session-id",
+            str(uuid.uuid4()),
+        ]
+        return Invocation(argv, env, dirs.workspace)
+
+    def report(self, stdout: str) -> Report:
+        """``stream-json`` ends with a ``result`` object carrying the answer and session id."""
+        out = Report()
+        for line in stdout.splitlines():
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue
+            if not isinstance(event, dict):
+                continue
+            if event.get("session_id"):
+                out.session_id = event["session_id"]
+            if event.get("type") == "result":
+                result = event.get("result")
+                out.final_message = result if isinstance(result, str) else None
+                out.extra["subtype"] = str(event.get("subtype"))
+                out.extra["is_error"] = str(event.get("is_error"))
+        return out

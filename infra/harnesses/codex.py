@@ -1,0 +1,97 @@
+"""OpenAI Codex CLI: Responses API, always streaming, a custom provider in ``config.toml``."""
+
+from __future__ import annotations
+
+import json
+
+from infra.harnesses.base import Endpoint, Harness, Invocation, Report, RolloutDirs
+from schemas.enums import Dialect
+
+_CONFIG = """\
+model = {model}
+model_provider = "openforge"
+approval_policy = "never"
+sandbox_mode = "danger-full-access"
+check_for_update_on_startup = false
+hide_agent_reasoning = true
+
+[analytics]
+enabled = false
+
+[feedback]
+enabled = false
+
+[history]
+persistence = "none"
+
+[model_providers.openforge]
+name = "OpenForge proxy"
+base_url = {base_url}
+env_key = "OPENFORGE_API_KEY"
+wire_api = "responses"
+request_max_retries = {retries}
+stream_max_retries = {retries}
+stream_idle_timeout_ms = {idle_ms}
+"""
+
+
+class Codex(Harness):
+    name = "codex"
+    package = "@openai/codex"
+    version_key = "CODEX_VERSION"
+    binary = "codex"
+    dialect = Dialect.RESPONSES
+
+    def __init__(self, max_retries: int = 2) -> None:
+        self.max_retries = max_retries
+
+    def invocation(
+        self, task: str, endpoint: Endpoint, dirs: RolloutDirs, timeout_s: float
+    ) -> Invocation:
+        codex_home = dirs.home / ".codex"
+        codex_home.mkdir(parents=True, exist_ok=True)
+        (codex_home / "config.toml").write_text(
+            _CONFIG.format(
+                model=json.dumps(endpoint.model),
+                base_url=json.dumps(f"{endpoint.rollout_base}/v1"),
+                retries=self.max_retries,
+                idle_ms=int(timeout_s * 1000),
+            )
+        )
+        env = self.base_env(dirs)
+        env.update(CODEX_HOME=str(codex_home), OPENFORGE_API_KEY=endpoint.api_key)
+        argv = [
+            str(self.executable()),
+            "exec",
+            "--skip-git-repo-check",
+            "--json",
+            "--ephemeral",
+            "--disable",
+            "plugins",
+            "--cd",
+            str(dirs.workspace),
+            task,
+        ]
+        return Invocation(argv, env, dirs.workspace)
+
+    def report(self, stdout: str) -> Report:
+        """``--json`` prints one event per line: thread.started, item.completed, turn.*."""
+        out = Report()
+        for line in stdout.splitlines():
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue
+            if not isinstance(event, dict):
+                continue
+            kind = event.get("type")
+            if kind == "thread.started":
+                out.session_id = event.get("thread_id")
+            elif kind == "item.completed":
+                item = event.get("item") or {}
+                if item.get("type") == "agent_message":
+                    out.final_message = item.get("text")
+            elif kind in ("turn.failed", "error"):
+                err = event.get("error") or event.get("message")
+                out.extra["error"] = str(err.get("message") if isinstance(err, dict) else err)
+        return out

