@@ -231,6 +231,8 @@ async def handle(state: ProxyState, request: Request, dialect: Dialect) -> Respo
         )
         room = state.max_model_len - len(plan.prompt_ids)
         max_tokens = min(req.sampling.max_tokens or state.config.default_max_tokens, room)
+        if state.config.max_tokens_cap is not None:
+            max_tokens = min(max_tokens, state.config.max_tokens_cap)
         call = Call(state, ctx, max_tokens, ResponseMeta(new_id(ID_PREFIX[dialect]), req.model))
         if room < 1:
             too_long = ProxyError(

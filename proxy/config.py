@@ -28,6 +28,8 @@ class ProxyConfig:
         record_bodies: record request and response bodies (False: redacted).
         max_body_bytes, max_concurrency, upstream_timeout: limits.
         default_max_tokens: generation budget when a request names none.
+        max_tokens_cap: upper bound on any request's generation budget (None: the context room);
+            bounds episode length when harnesses ask for tens of thousands of tokens.
         max_model_len: context length; default: the upstream's ``max_model_len``.
         policy_version: the initial policy version stamped on generated tokens.
         pause_mode: while weights swap, new requests ``wait`` or get 429 (``reject``).
@@ -56,6 +58,7 @@ class ProxyConfig:
     max_concurrency: int = 256
     upstream_timeout: float = 600.0
     default_max_tokens: int = 1024
+    max_tokens_cap: int | None = None
     max_model_len: int | None = None
     policy_version: int = 0
     pause_mode: str = "wait"

@@ -44,6 +44,9 @@ def proxy(
     max_concurrency: Annotated[int, typer.Option(help="Requests in flight before 429.")] = 256,
     policy_version: Annotated[int, typer.Option(help="Initial policy version.")] = 0,
     pause_mode: Annotated[str, typer.Option(help="During weight swaps: wait or reject.")] = "wait",
+    max_tokens_cap: Annotated[
+        int | None, typer.Option(help="Cap on any request's generation budget.")
+    ] = None,
 ) -> None:
     """Serve the capture proxy: harnesses talk to it, it records every completion."""
     import sys
@@ -68,6 +71,7 @@ def proxy(
         max_concurrency=max_concurrency,
         policy_version=policy_version,
         pause_mode=pause_mode,
+        max_tokens_cap=max_tokens_cap,
     )
     # The publisher encodes events in a worker thread; a short GIL switch interval keeps that
     # from holding up the event loop (the default 5 ms shows up in p99 latency).

@@ -1,0 +1,30 @@
+"""The local rollout runner: deadlines, process clean-up and the recorded rollout end."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from infra.harnesses import OpenClaw
+from infra.harnesses.runner import run_rollout
+from schemas.enums import RolloutPhase
+from schemas.rollout import RolloutEvent
+from tests.infra.harnesses.policy import Script, ScriptedPolicy, serving
+from tests.proxy.harness import proxy_config, read_events, running_proxy
+
+
+def test_a_rollout_past_its_deadline_is_killed_with_everything_it_started(
+    tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    """OpenClaw needs several seconds to start its agent: a 2 s deadline always cuts it off."""
+    policy = ScriptedPolicy(tiny_model_dir, Script("write", {"path": "x", "content": "y"}))
+    with serving(policy) as url:
+        config = proxy_config(url, tmp_path)
+        with running_proxy(config) as proxy:
+            result = run_rollout(OpenClaw(), "task", proxy.url, tmp_path / "r", timeout_s=2)
+            proxy.flush()
+    assert result.phase is RolloutPhase.TIMED_OUT and result.exit_code is None
+    assert 2 <= result.duration_s < 30
+    assert result.leftovers() == []
+    ends = [r for r in read_events(config.log_url) if isinstance(r, RolloutEvent)]
+    assert [e.phase for e in ends] == [RolloutPhase.STARTED, RolloutPhase.TIMED_OUT]
+    assert ends[-1].message == "killed after 2s" and ends[-1].backend == "local"

@@ -1,0 +1,144 @@
+"""Multi-turn rollouts of each real harness against a scripted model policy (issue 5 allows it).
+
+The script makes the harness call one of its own tools (write a file), then answers. Checked: the
+tool really ran in the rollout's workspace, and the recorded events have the right count, order,
+call indexes, continuity classes and tokens. With one stream dropped mid-answer, the harness's
+retry is recorded as ``retry_of`` the failed attempt, not as a new turn.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from infra.harnesses import Harness
+from infra.harnesses.runner import RolloutResult, run_rollout
+from schemas.completion import CompletionEvent
+from schemas.enums import CompletionStatus, ContinuityClass, RolloutPhase
+from tests.infra.harnesses.policy import LOGPROB, Script, ScriptedPolicy, serving
+from tests.proxy.harness import completions_of, proxy_config, read_events, running_proxy
+
+TASK = "Create a file named hello.txt containing the words: hello from openforge"
+CONTENT = "hello from openforge\n"
+
+
+@dataclass(frozen=True)
+class Case:
+    tool: str
+    arguments: dict[str, Any]  # "{ws}" stands for the rollout's workspace
+    follow_up: ContinuityClass  # how the turn after the tool result relates to the first
+    retry_streams: bool  # whether the harness retries a dropped stream with streaming
+
+
+CASES = {
+    # Resends the full input each turn as an exact prefix; retries dropped streams as they were.
+    "codex": Case(
+        "exec_command",
+        {"cmd": "printf 'hello from openforge\\n' > hello.txt"},
+        ContinuityClass.EXACT,
+        retry_streams=True,
+    ),
+    # Resends the history; falls back to stream:false after a broken stream.
+    "claude-code": Case(
+        "Write",
+        {"file_path": "{ws}/hello.txt", "content": CONTENT},
+        ContinuityClass.EXACT,
+        retry_streams=False,
+    ),
+    # Appends an internal-context message to every request (so the history is not a prefix)
+    # and rewrites the prompt when it retries.
+    "openclaw": Case(
+        "write",
+        {"path": "hello.txt", "content": CONTENT},
+        ContinuityClass.INJECTED,
+        retry_streams=True,
+    ),
+}
+
+
+def run_scripted(
+    harness: Harness, tiny_model_dir: Path, tmp_path: Path, drop: bool
+) -> tuple[RolloutResult, list[CompletionEvent], ScriptedPolicy]:
+    case = CASES[harness.name]
+    rollout_id = f"{harness.name}-scripted"
+    workspace = tmp_path / "rollouts" / rollout_id / "workspace"
+    arguments = json.loads(json.dumps(case.arguments).replace("{ws}", str(workspace)))
+    policy = ScriptedPolicy(tiny_model_dir, Script(case.tool, arguments, drop_stream_once=drop))
+    with serving(policy) as url:
+        config = proxy_config(url, tmp_path)
+        with running_proxy(config) as proxy:
+            result = run_rollout(
+                harness,
+                TASK,
+                proxy.url,
+                tmp_path / "rollouts",
+                rollout_id=rollout_id,
+                timeout_s=180,
+            )
+            proxy.flush()
+    events = completions_of(read_events(config.log_url), rollout_id)
+    assert result.dirs.workspace == workspace
+    return result, events, policy
+
+
+def assert_clean_finish(result: RolloutResult) -> None:
+    assert result.phase is RolloutPhase.FINISHED, (result.stdout[-2000:], result.stderr[-2000:])
+    assert result.exit_code == 0
+    assert result.leftovers() == []
+    assert result.report.final_message == "Done: the file is written."
+    assert result.report.session_id
+
+
+def test_tool_call_then_answer(harness: Harness, tiny_model_dir: Path, tmp_path: Path) -> None:
+    result, events, policy = run_scripted(harness, tiny_model_dir, tmp_path, drop=False)
+    assert_clean_finish(result)
+    assert (result.dirs.workspace / "hello.txt").read_text().strip() == CONTENT.strip()
+
+    case = CASES[harness.name]
+    assert [e.call_index for e in events] == list(range(len(events)))
+    main = [e for e in events if not e.side_call]
+    assert [(e.status, e.continuity) for e in main] == [
+        (CompletionStatus.OK, ContinuityClass.FIRST),
+        (CompletionStatus.OK, case.follow_up),
+    ]
+    assert [c.kind for c in policy.calls if c.kind != "side"] == ["tool_call", "final"]
+    first, second = main
+    assert second.thread_id == first.thread_id and second.retry_of is None
+    for event in main:
+        assert event.dialect is harness.dialect and event.streamed
+        assert event.completion_logprobs == [LOGPROB] * len(event.completion_token_ids)
+        assert event.completion_token_ids[-1] == policy.end_id
+    call = policy.tokenizer.decode(first.completion_token_ids, skip_special_tokens=True)
+    assert json.loads(call.split("<tool_call>")[1].split("</tool_call>")[0])["name"] == case.tool
+    if case.follow_up is ContinuityClass.EXACT:
+        # Token-in: the second prompt is the first prompt + completion, extended.
+        assert second.prompt_ref_event_id == first.event_id
+        assert second.prompt_ref_tokens == first.prompt_length + len(first.completion_token_ids)
+
+
+def test_dropped_stream_is_recorded_as_a_retry(
+    harness: Harness, tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    result, events, policy = run_scripted(harness, tiny_model_dir, tmp_path, drop=True)
+    assert_clean_finish(result)
+    assert (result.dirs.workspace / "hello.txt").read_text().strip() == CONTENT.strip()
+    assert [c.dropped for c in policy.calls].count(True) == 1
+
+    case = CASES[harness.name]
+    main = [e for e in events if not e.side_call]
+    assert [e.call_index for e in events] == list(range(len(events)))
+    assert [(e.status, e.continuity) for e in main] == [
+        (CompletionStatus.UPSTREAM_ERROR, ContinuityClass.FIRST),
+        (CompletionStatus.OK, ContinuityClass.RETRY),
+        (CompletionStatus.OK, case.follow_up),
+    ]
+    failed, retry, final = main
+    assert failed.error and "broke off" in failed.error
+    assert 0 < len(failed.completion_token_ids) < len(retry.completion_token_ids)
+    assert retry.retry_of == failed.event_id and retry.thread_id == failed.thread_id
+    assert final.retry_of is None and final.thread_id == failed.thread_id
+    assert retry.streamed is case.retry_streams
+    if case.follow_up is ContinuityClass.EXACT:
+        assert final.prompt_ref_event_id == retry.event_id
