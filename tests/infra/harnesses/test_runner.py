@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from infra.harnesses import OpenClaw
@@ -28,3 +29,21 @@ def test_a_rollout_past_its_deadline_is_killed_with_everything_it_started(
     ends = [r for r in read_events(config.log_url) if isinstance(r, RolloutEvent)]
     assert [e.phase for e in ends] == [RolloutPhase.STARTED, RolloutPhase.TIMED_OUT]
     assert ends[-1].message == "killed after 2s" and ends[-1].backend == "local"
+
+
+def test_rollout_run_command(tiny_model_dir: Path, tmp_path: Path) -> None:
+    """``openforge rollout run codex TASK --proxy URL`` runs it and prints the outcome."""
+    from typer.testing import CliRunner
+
+    from infra.cli import app
+
+    policy = ScriptedPolicy(tiny_model_dir, Script("exec_command", {"cmd": "echo hi > hi.txt"}))
+    with serving(policy) as url, running_proxy(proxy_config(url, tmp_path)) as proxy:
+        out = CliRunner().invoke(
+            app, ["rollout", "run", "codex", "say hi", "--proxy", proxy.url, "--dir", str(tmp_path)]
+        )
+    assert out.exit_code == 0, out.output
+    summary = json.loads(out.output)
+    assert summary["phase"] == "finished" and summary["harness"] == "codex"
+    assert summary["final_message"] == "Done: the file is written."
+    assert (Path(summary["workspace"]) / "hi.txt").read_text() == "hi\n"
