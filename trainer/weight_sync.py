@@ -1,9 +1,15 @@
 """Hand new weights to vLLM without aborting in-flight requests, then bump the policy version.
 
-Order: gate the proxy (new requests wait, or get 429 with Retry-After: the proxy's setting);
-hot-load the LoRA adapter in place (``/v1/load_lora_adapter``, ``load_inplace``: requests already
-running finish on the weights they started with); set the proxy's policy version; open the gate.
-The time each swap takes is returned and logged.
+Two ways, one order. First gate the proxy (new requests wait, or get 429 with Retry-After: the
+proxy's setting); then
+
+- ``lora``: hot-load the adapter in place (``/v1/load_lora_adapter`` with ``load_inplace``):
+  requests already running finish on the weights they started with;
+- ``full``: drain vLLM (``/pause?mode=wait``: running requests finish, none is aborted), reload
+  every weight in place from the exported directory (``/collective_rpc`` ``reload_weights``), and
+  resume it. Needs vLLM's RL/dev endpoints (``VLLM_SERVER_DEV_MODE=1``; bind it to loopback);
+
+then set the proxy's policy version and open the gate. Each swap returns the seconds it took.
 """
 
 from __future__ import annotations
@@ -11,10 +17,13 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 
-from schemas.errors import ServiceError
+from schemas.errors import ConfigError, ServiceError
+
+MODES = ("lora", "full")
 
 
 @dataclass
@@ -24,6 +33,11 @@ class WeightSync:
     proxy_url: str | None = None
     admin_token: str | None = None
     timeout: float = 120.0
+    mode: str = "lora"  # lora | full
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise ConfigError(f"unknown weight-sync mode {self.mode!r}: choose lora or full")
 
     def _admin(self, path: str, body: dict[str, object] | None = None) -> None:
         if self.proxy_url is None:
@@ -35,24 +49,46 @@ class WeightSync:
         if resp.status_code >= 400:
             raise ServiceError(f"proxy {path} failed ({resp.status_code}): {resp.text[:300]}")
 
-    def load(self, adapter_dir: Path) -> None:
-        resp = httpx.post(
-            f"{self.vllm_url}/v1/load_lora_adapter",
-            json={"lora_name": self.lora_name, "lora_path": str(adapter_dir), "load_inplace": True},
-            timeout=self.timeout,
-        )
+    def _vllm(self, path: str, hint: str, **kwargs: Any) -> httpx.Response:
+        resp = httpx.post(f"{self.vllm_url}{path}", timeout=self.timeout, **kwargs)
         if resp.status_code >= 400:
             raise ServiceError(
-                f"vLLM refused the adapter ({resp.status_code}): {resp.text[:300]}. Start it with "
-                "--enable-lora and VLLM_ALLOW_RUNTIME_LORA_UPDATING=True."
+                f"vLLM {path} failed ({resp.status_code}): {resp.text[:300]}. {hint}"
             )
+        return resp
 
-    def swap(self, adapter_dir: Path, version: int) -> float:
-        """Load ``adapter_dir`` as the policy, stamp ``version``; returns seconds taken."""
+    def load(self, adapter_dir: Path) -> None:
+        """Load a LoRA adapter as ``lora_name``, replacing the one served under that name."""
+        self._vllm(
+            "/v1/load_lora_adapter",
+            "Start vLLM with --enable-lora and VLLM_ALLOW_RUNTIME_LORA_UPDATING=True.",
+            json={"lora_name": self.lora_name, "lora_path": str(adapter_dir), "load_inplace": True},
+        )
+
+    def load_full(self, weights_dir: Path) -> None:
+        """Reload all of vLLM's weights from a Hugging Face directory, in-flight requests first
+        finishing on the old ones."""
+        hint = "Start vLLM with VLLM_SERVER_DEV_MODE=1 (our VLLMServer does)."
+        self._vllm("/pause", hint, params={"mode": "wait"})
+        try:
+            self._vllm(
+                "/collective_rpc",
+                hint,
+                json={"method": "reload_weights", "kwargs": {"weights_path": str(weights_dir)}},
+            )
+        finally:
+            self._vllm("/resume", hint)
+
+    def swap(self, weights: Path, version: int) -> float:
+        """Serve ``weights`` (an adapter or a full model, per ``mode``) as policy ``version``;
+        returns the seconds taken."""
         t0 = time.perf_counter()
         self._admin("/admin/pause")
         try:
-            self.load(adapter_dir)
+            if self.mode == "full":
+                self.load_full(weights)
+            else:
+                self.load(weights)
             self._admin("/admin/policy", {"version": version})
         finally:
             self._admin("/admin/resume")

@@ -55,7 +55,9 @@ def run(
     from trainer.stream import StreamConfig
     from trainer.weight_sync import WeightSync
 
-    sync = WeightSync(vllm, lora_name, proxy, admin_token) if vllm else None
+    # Full-weight training is served by reloading every weight; a LoRA adapter is hot-loaded.
+    mode = "lora" if lora_rank else "full"
+    sync = WeightSync(vllm, lora_name, proxy, admin_token, mode=mode) if vllm else None
     summary = train(
         TrainerConfig(
             episodes=episodes,

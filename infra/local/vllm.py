@@ -1,7 +1,8 @@
 """A vLLM OpenAI-compatible server (CPU build) for a local model directory.
 
-Runs from the separate vLLM environment (``scripts/setup vllm``) with LoRA hot-loading and the
-token-in ``/inference/v1/generate`` endpoint enabled; ready when ``/health`` answers 200.
+Runs from the separate vLLM environment (``scripts/setup vllm``) with LoRA hot-loading, the
+token-in ``/inference/v1/generate`` endpoint and the weight-reload endpoints (``/pause``,
+``/resume``, ``/collective_rpc``) enabled, on loopback; ready when ``/health`` answers 200.
 
     with VLLMServer(model_dir) as server:
         print(server.base_url)          # "http://127.0.0.1:PORT"
@@ -117,6 +118,8 @@ class VLLMServer(LocalService):
             VLLM_NO_USAGE_STATS="1",
             DO_NOT_TRACK="1",
             VLLM_ALLOW_RUNTIME_LORA_UPDATING="True",
+            # /pause, /resume and /collective_rpc (full-weight reloads); we bind to loopback.
+            VLLM_SERVER_DEV_MODE="1",
             VLLM_LOGGING_LEVEL=env.get("VLLM_LOGGING_LEVEL", "WARNING"),
         )
         # The project env's Python path must not leak into the vLLM env.

@@ -79,3 +79,28 @@ def test_lora_hot_load_matches_trainer_logprobs(
     engine2 = _vllm_logprobs(vllm_server, "policy", ids)
     assert max(abs(a - b) for a, b in zip(engine2, trainer2, strict=True)) < 1e-4
     assert torch.tensor(trainer2).ne(torch.tensor(trainer)).any()
+
+
+def test_full_weight_reload_matches_trainer_logprobs(
+    vllm_server: VLLMServer, tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    """Full-weight training: vLLM drains, reloads every weight in place, and then serves exactly
+    the trainer's model under its base name."""
+    backend = CPUBackend(tiny_model_dir, lora_rank=None, lr=1e-2)
+    batch = to_batch(_episodes())
+    ids = batch.input_ids[0].tolist()
+    name = vllm_server.served_model_name
+    before = _vllm_logprobs(vllm_server, name, ids)
+    backend.train_step(batch, AlgorithmConfig())
+    sync = WeightSync(vllm_server.base_url, mode="full")
+    try:
+        seconds = sync.swap(backend.export_for_inference(tmp_path / "full"), version=1)
+        assert seconds < 60
+        trainer = backend.logprobs(batch)[0].tolist()
+        engine = _vllm_logprobs(vllm_server, name, ids)
+        assert max(abs(a - b) for a, b in zip(engine, trainer, strict=True)) < 1e-4
+        assert max(abs(a - b) for a, b in zip(engine, before, strict=True)) > 1e-3
+    finally:
+        sync.load_full(tiny_model_dir)  # the session's server goes back to the base weights
+    restored = _vllm_logprobs(vllm_server, name, ids)
+    assert max(abs(a - b) for a, b in zip(restored, before, strict=True)) < 1e-5
