@@ -14,7 +14,7 @@ import numpy as np
 import torch
 from verl.trainer.ppo import core_algos
 from verl.trainer.ppo.rollout_corr_helper import compute_rollout_correction_and_rejection_mask
-from verl.workers.config.actor import FSDPActorConfig
+from verl.workers.config.actor import FSDPActorConfig, PolicyLossConfig
 
 from schemas.errors import ConfigError
 
@@ -48,7 +48,8 @@ class AlgorithmConfig:
     rollout_rs_threshold: float | str | None = None
 
 
-def _actor_config(cfg: AlgorithmConfig) -> FSDPActorConfig:
+def actor_config(cfg: AlgorithmConfig) -> FSDPActorConfig:
+    """veRL's actor config carrying our algorithm choices (its losses read them from here)."""
     return FSDPActorConfig(
         strategy="fsdp",
         ppo_micro_batch_size_per_gpu=1,
@@ -57,6 +58,9 @@ def _actor_config(cfg: AlgorithmConfig) -> FSDPActorConfig:
         rollout_n=1,
         clip_ratio=cfg.clip_ratio,
         loss_agg_mode=cfg.loss_agg_mode,
+        policy_loss=PolicyLossConfig(loss_mode=cfg.policy_loss),
+        entropy_coeff=0.0,
+        use_kl_loss=False,
     )
 
 
@@ -133,7 +137,7 @@ def policy_loss(
         advantages=advantages,
         response_mask=response_mask,
         loss_agg_mode=cfg.loss_agg_mode,
-        config=_actor_config(cfg),
+        config=actor_config(cfg),
         rollout_is_weights=is_weights,
     )
     return loss, dict(metrics)

@@ -35,6 +35,19 @@ class TrainBatch:
     def tokens(self) -> int:
         return int(self.attention_mask.sum().item())
 
+    def rows(self, index: list[int]) -> TrainBatch:
+        """The batch of just these rows, in this order."""
+        return TrainBatch(
+            input_ids=self.input_ids[index],
+            attention_mask=self.attention_mask[index],
+            response_mask=self.response_mask[index],
+            behavior_logprobs=self.behavior_logprobs[index],
+            token_level_rewards=self.token_level_rewards[index],
+            index=self.index[index],
+            episode_ids=[self.episode_ids[i] for i in index],
+            min_policy_version=[self.min_policy_version[i] for i in index],
+        )
+
 
 def group_key(episode: Episode) -> str:
     return episode.group_id or episode.task_id or episode.rollout_id
@@ -73,33 +86,65 @@ def to_batch(episodes: list[Episode], pad_id: int = 0) -> TrainBatch:
     )
 
 
-def to_data_proto(batch: TrainBatch) -> Any:
+@dataclass(frozen=True)
+class ResponseLayout:
+    """Where each row's response starts and ends, for veRL's prompt/response split."""
+
+    firsts: list[int]  # index of each row's first generated token
+    lengths: list[int]  # tokens in each row
+    prompt_len: int
+    response_len: int
+
+    @classmethod
+    def of(cls, batch: TrainBatch) -> ResponseLayout:
+        rows = batch.size
+        firsts = [int(batch.response_mask[i].nonzero().min().item()) + 1 for i in range(rows)]
+        lengths = [int(batch.attention_mask[i].sum().item()) for i in range(rows)]
+        r_len = max(n - f for n, f in zip(lengths, firsts, strict=True))
+        return cls(firsts, lengths, max(firsts), r_len)
+
+    def to_response(self, tensor: torch.Tensor) -> torch.Tensor:
+        """``[B, T-1]`` per-token values (indexed by predicted position - 1) to ``[B, R]``."""
+        out = torch.zeros((len(self.firsts), self.response_len), dtype=tensor.dtype)
+        for i, (first, n) in enumerate(zip(self.firsts, self.lengths, strict=True)):
+            out[i, : n - first] = tensor[i, first - 1 : n - 1]
+        return out
+
+    def from_response(self, tensor: torch.Tensor, width: int) -> torch.Tensor:
+        """The inverse of :meth:`to_response`; positions before the response are 0."""
+        out = torch.zeros((len(self.firsts), width), dtype=tensor.dtype)
+        for i, (first, n) in enumerate(zip(self.firsts, self.lengths, strict=True)):
+            out[i, first - 1 : n - 1] = tensor[i, : n - first]
+        return out
+
+
+def to_data_proto(batch: TrainBatch, extra: dict[str, torch.Tensor] | None = None) -> Any:
     """The batch as veRL's ``DataProto``, split into prompt and response the way veRL's actor
     expects: the prompt is everything before a row's first generated token, left-padded; the
-    response is the rest, right-padded, with ``response_mask`` marking generated tokens."""
+    response is the rest, right-padded, with ``response_mask`` marking generated tokens.
+
+    ``extra`` adds per-token tensors in this module's ``[B, T-1]`` layout (``old_log_probs``,
+    ``advantages``, ``rollout_is_weights``, a corrected ``response_mask``...), converted to the
+    response layout."""
     from verl import DataProto
 
-    rows = batch.size
-    firsts = [int(batch.response_mask[i].nonzero().min().item()) + 1 for i in range(rows)]
-    lengths = [int(batch.attention_mask[i].sum().item()) for i in range(rows)]
-    p_len = max(firsts)
-    r_len = max(n - f for n, f in zip(lengths, firsts, strict=True))
+    layout = ResponseLayout.of(batch)
+    rows, p_len, r_len = batch.size, layout.prompt_len, layout.response_len
     prompts = torch.zeros((rows, p_len), dtype=torch.long)
     responses = torch.zeros((rows, r_len), dtype=torch.long)
     attention = torch.zeros((rows, p_len + r_len), dtype=torch.long)
-    response_mask = torch.zeros((rows, r_len))
-    rollout_lp = torch.zeros((rows, r_len))
-    rewards = torch.zeros((rows, r_len))
-    for i, (first, n) in enumerate(zip(firsts, lengths, strict=True)):
+    for i, (first, n) in enumerate(zip(layout.firsts, layout.lengths, strict=True)):
         ids = batch.input_ids[i, :n]
         prompts[i, p_len - first :] = ids[:first]
         responses[i, : n - first] = ids[first:]
         attention[i, p_len - first : p_len + n - first] = 1
-        # Per-token tensors are indexed by predicted position - 1.
-        response_mask[i, : n - first] = batch.response_mask[i, first - 1 : n - 1]
-        rollout_lp[i, : n - first] = batch.behavior_logprobs[i, first - 1 : n - 1]
-        rewards[i, : n - first] = batch.token_level_rewards[i, first - 1 : n - 1]
     position_ids = torch.clamp(torch.cumsum(attention, dim=-1) - 1, min=0)
+    per_token = {
+        "response_mask": batch.response_mask,
+        "rollout_log_probs": batch.behavior_logprobs,
+        "token_level_rewards": batch.token_level_rewards,
+        **(extra or {}),
+    }
     return DataProto.from_dict(
         tensors={
             "prompts": prompts,
@@ -107,9 +152,7 @@ def to_data_proto(batch: TrainBatch) -> Any:
             "input_ids": torch.cat([prompts, responses], dim=-1),
             "attention_mask": attention,
             "position_ids": position_ids,
-            "response_mask": response_mask,
-            "rollout_log_probs": rollout_lp,
-            "token_level_rewards": rewards,
+            **{k: layout.to_response(v) for k, v in per_token.items()},
         },
         non_tensors={"uid": batch.index, "episode_id": np.array(batch.episode_ids, dtype=object)},
     )

@@ -13,7 +13,7 @@ from typing import Any
 
 from trainer import checkpoint
 from trainer.algorithms import AlgorithmConfig
-from trainer.backends.cpu import CPUBackend
+from trainer.backends import make_backend
 from trainer.batch import to_batch
 from trainer.metrics_log import MetricsLog
 from trainer.stream import EpisodeSource, EpisodeStream, StreamConfig, policy_lag
@@ -28,6 +28,8 @@ class TrainerConfig:
     model_dir: the base model (Hugging Face format).
     out_dir: checkpoints, metrics.csv, tensorboard/, reward_curve.png, consumed.jsonl.
     lora_rank: train a LoRA adapter of this rank (None: full weights).
+    backend: ``cpu`` (the reference: transformers, peft, AdamW) or ``verl`` (veRL's FSDP engine;
+        one process per GPU under torchrun).
     lr: AdamW learning rate.
     algo, stream: veRL algorithm settings; episode admission, grouping and batching.
     steps: stop after this many updates (None: run until idle_timeout).
@@ -41,6 +43,7 @@ class TrainerConfig:
     model_dir: Path
     out_dir: Path
     lora_rank: int | None = 8
+    backend: str = "cpu"
     lr: float = 1e-3
     algo: AlgorithmConfig = field(default_factory=AlgorithmConfig)
     stream: StreamConfig = field(default_factory=StreamConfig)
@@ -54,7 +57,7 @@ class TrainerConfig:
 
 
 def train(cfg: TrainerConfig) -> dict[str, Any]:
-    backend = CPUBackend(cfg.model_dir, lora_rank=cfg.lora_rank, lr=cfg.lr, seed=cfg.seed)
+    backend = make_backend(cfg.backend, cfg.model_dir, cfg.lora_rank, cfg.lr, cfg.seed)
     ckpt_dir = cfg.out_dir / "checkpoints"
     state = checkpoint.load_latest(ckpt_dir, backend) or checkpoint.TrainerState()
     source = EpisodeSource(cfg.episodes, group=cfg.group)

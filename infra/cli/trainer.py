@@ -20,6 +20,9 @@ def run(
         "run"
     ),
     lora_rank: Annotated[int, typer.Option(help="LoRA rank; 0 trains full weights.")] = 8,
+    backend: Annotated[
+        str, typer.Option(help="cpu (reference) or verl (veRL's FSDP engine; torchrun on GPUs).")
+    ] = "cpu",
     lr: Annotated[float, typer.Option(help="AdamW learning rate.")] = 1e-3,
     advantage: Annotated[
         str, typer.Option(help="veRL advantage estimator: grpo, rloo, ...")
@@ -64,6 +67,7 @@ def run(
             model_dir=model,
             out_dir=out,
             lora_rank=lora_rank or None,
+            backend=backend,
             lr=lr,
             algo=AlgorithmConfig(
                 advantage=advantage,
