@@ -258,9 +258,8 @@ class VerlBackend(TrainerBackend):
         from safetensors.torch import save_file
 
         # With LoRA, base_sync_done asks for the adapter only (the base is already served).
-        params, peft_config = self.worker.engine.get_per_tensor_param(
-            base_sync_done=self.config.lora_rank > 0
-        )
+        engine: Any = self.worker.engine  # the FSDP engine's signature extends BaseEngine's
+        params, peft_config = engine.get_per_tensor_param(base_sync_done=self.config.lora_rank > 0)
         state = {name: t.detach().to("cpu").contiguous() for name, t in params}
         if self.rank == 0:
             directory.mkdir(parents=True, exist_ok=True)
