@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from trainer.backends.base import TrainerBackend
+from trainer.ranks import Ranks
 
 
 @dataclass
@@ -24,22 +25,37 @@ class TrainerState:
     seen: set[str] = field(default_factory=set)  # episode ids consumed (trained on or refused)
 
 
-def save(root: Path, backend: TrainerBackend, state: TrainerState) -> Path:
-    root.mkdir(parents=True, exist_ok=True)
+def save(
+    root: Path, backend: TrainerBackend, state: TrainerState, ranks: Ranks | None = None
+) -> Path:
+    """Write a checkpoint; with several ranks every one calls this (the backend's save is
+    collective) and the lead writes the state and moves it into place."""
+    ranks = ranks or Ranks()
     final = root / f"step-{state.step:08d}"
-    tmp = root / f".tmp-{final.name}-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
+    # One temporary directory for all ranks: the lead's pid names it.
+    tmp = root / f".tmp-{final.name}-{ranks.broadcast(os.getpid())}"
+    if ranks.lead:
+        root.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(tmp, ignore_errors=True)
+    ranks.barrier()
     backend.save(tmp)
-    (tmp / "state.json").write_text(
-        json.dumps(
-            {"step": state.step, "policy_version": state.policy_version, "seen": sorted(state.seen)}
+    ranks.barrier()
+    if ranks.lead:
+        (tmp / "state.json").write_text(
+            json.dumps(
+                {
+                    "step": state.step,
+                    "policy_version": state.policy_version,
+                    "seen": sorted(state.seen),
+                }
+            )
         )
-    )
-    shutil.rmtree(final, ignore_errors=True)
-    tmp.rename(final)
-    latest = root / "LATEST"
-    latest.with_suffix(".tmp").write_text(final.name)
-    latest.with_suffix(".tmp").replace(latest)
+        shutil.rmtree(final, ignore_errors=True)
+        tmp.rename(final)
+        latest = root / "LATEST"
+        latest.with_suffix(".tmp").write_text(final.name)
+        latest.with_suffix(".tmp").replace(latest)
+    ranks.barrier()
     return final
 
 

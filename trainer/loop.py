@@ -14,8 +14,10 @@ from typing import Any
 from trainer import checkpoint
 from trainer.algorithms import AlgorithmConfig
 from trainer.backends import make_backend
+from trainer.backends.base import TrainerBackend
 from trainer.batch import to_batch
 from trainer.metrics_log import MetricsLog
+from trainer.ranks import Ranks
 from trainer.stream import EpisodeSource, EpisodeStream, StreamConfig, policy_lag
 from trainer.weight_sync import WeightSync
 
@@ -57,9 +59,13 @@ class TrainerConfig:
 
 
 def train(cfg: TrainerConfig) -> dict[str, Any]:
+    """Run the loop; under torchrun every rank calls this and rank 0 leads (``trainer.ranks``)."""
     backend = make_backend(cfg.backend, cfg.model_dir, cfg.lora_rank, cfg.lr, cfg.seed)
+    ranks = Ranks.current()
     ckpt_dir = cfg.out_dir / "checkpoints"
     state = checkpoint.load_latest(ckpt_dir, backend) or checkpoint.TrainerState()
+    if not ranks.lead:
+        return _follow(cfg, backend, ranks, state)
     source = EpisodeSource(cfg.episodes, group=cfg.group)
     stream = EpisodeStream(source, cfg.stream, seen=state.seen)
     log = MetricsLog(cfg.out_dir)
@@ -68,18 +74,15 @@ def train(cfg: TrainerConfig) -> dict[str, Any]:
     try:
         while cfg.steps is None or state.step < cfg.steps:
             episodes = stream.next_batch(state.policy_version, timeout=0.5)
+            idle = cfg.idle_timeout is not None and time.monotonic() - last_batch > cfg.idle_timeout
+            if ranks.broadcast((episodes, episodes is None and idle)) == (None, True):
+                break
             if episodes is None:
-                if (
-                    cfg.idle_timeout is not None
-                    and time.monotonic() - last_batch > cfg.idle_timeout
-                ):
-                    break
                 continue
             last_batch = time.monotonic()
             stream.trained(episodes)
-            batch = to_batch(episodes)
             t0 = time.perf_counter()
-            metrics = backend.train_step(batch, cfg.algo)
+            metrics = backend.train_step(to_batch(episodes), cfg.algo)
             metrics["time/step_s"] = time.perf_counter() - t0
             state.step += 1
             rewards = [float(e.reward or 0.0) for e in episodes]
@@ -97,9 +100,9 @@ def train(cfg: TrainerConfig) -> dict[str, Any]:
                 }
             )
             if cfg.sync is not None and state.step % cfg.sync_every == 0:
-                adapter = backend.export_for_inference(cfg.out_dir / "export" / f"v{state.step}")
+                exported = backend.export_for_inference(_export_dir(cfg, state))
                 state.policy_version += 1
-                metrics["sync/seconds"] = cfg.sync.swap(adapter, state.policy_version)
+                metrics["sync/seconds"] = cfg.sync.swap(exported, state.policy_version)
             metrics["policy/version"] = state.policy_version
             consumed.write(
                 json.dumps({"step": state.step, "episodes": [e.episode_id for e in episodes]})
@@ -109,10 +112,10 @@ def train(cfg: TrainerConfig) -> dict[str, Any]:
             log.log(state.step, metrics)
             if state.step % cfg.checkpoint_every == 0:
                 state.seen = stream.done_ids()
-                checkpoint.save(ckpt_dir, backend, state)
+                checkpoint.save(ckpt_dir, backend, state, ranks)
                 stream.commit()
         state.seen = stream.done_ids()
-        checkpoint.save(ckpt_dir, backend, state)
+        checkpoint.save(ckpt_dir, backend, state, ranks)
         stream.commit()
     finally:
         consumed.close()
@@ -125,3 +128,28 @@ def train(cfg: TrainerConfig) -> dict[str, Any]:
         "stats": stream.stats,
         "out_dir": str(cfg.out_dir),
     }
+
+
+def _export_dir(cfg: TrainerConfig, state: checkpoint.TrainerState) -> Path:
+    return cfg.out_dir / "export" / f"v{state.step}"
+
+
+def _follow(
+    cfg: TrainerConfig, backend: TrainerBackend, ranks: Ranks, state: checkpoint.TrainerState
+) -> dict[str, Any]:
+    """A non-lead rank: take each batch from the lead and join the collective steps."""
+    while cfg.steps is None or state.step < cfg.steps:
+        episodes, stop = ranks.broadcast(None)
+        if stop:
+            break
+        if episodes is None:
+            continue
+        backend.train_step(to_batch(episodes), cfg.algo)
+        state.step += 1
+        if cfg.sync is not None and state.step % cfg.sync_every == 0:
+            backend.export_for_inference(_export_dir(cfg, state))
+            state.policy_version += 1
+        if state.step % cfg.checkpoint_every == 0:
+            checkpoint.save(cfg.out_dir / "checkpoints", backend, state, ranks)
+    checkpoint.save(cfg.out_dir / "checkpoints", backend, state, ranks)
+    return {"steps": state.step, "policy_version": state.policy_version, "rank": ranks.rank}
