@@ -35,6 +35,17 @@ class TrainBatch:
     def tokens(self) -> int:
         return int(self.attention_mask.sum().item())
 
+    def metrics(self, trainer_logprobs: torch.Tensor) -> dict[str, float]:
+        """Size metrics, and the mean behavior/trainer logprob gap on generated tokens."""
+        gen = self.response_mask.bool()
+        gap = (trainer_logprobs - self.behavior_logprobs)[gen]
+        return {
+            "actor/behavior_kl": float(gap.mean()) if gen.any() else 0.0,
+            "data/tokens": self.tokens(),
+            "data/generated_tokens": int(self.response_mask.sum()),
+            "data/rows": self.size,
+        }
+
     def rows(self, index: list[int]) -> TrainBatch:
         """The batch of just these rows, in this order."""
         return TrainBatch(

@@ -15,10 +15,12 @@ Running it (process group, timeout, clean-up, registering the rollout) is
 from __future__ import annotations
 
 import abc
+import json
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from infra import paths
 from schemas.enums import Dialect
@@ -71,6 +73,17 @@ class Report:
     final_message: str | None = None
     session_id: str | None = None
     extra: dict[str, str] = field(default_factory=dict)
+
+
+def json_objects(stdout: str) -> Iterator[dict[str, Any]]:
+    """The JSON objects a harness printed one per line (other lines are skipped)."""
+    for line in stdout.splitlines():
+        try:
+            value = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(value, dict):
+            yield value
 
 
 # Variables of the calling environment a harness may see; everything else is left out so that a

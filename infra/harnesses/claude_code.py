@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
-import json
 import os
 import uuid
 
-from infra.harnesses.base import Endpoint, Harness, Invocation, Report, RolloutDirs
+from infra.harnesses.base import (
+    Endpoint,
+    Harness,
+    Invocation,
+    Report,
+    RolloutDirs,
+    json_objects,
+)
 from schemas.enums import Dialect
 
 
@@ -60,13 +66,7 @@ class ClaudeCode(Harness):
     def report(self, stdout: str) -> Report:
         """``stream-json`` ends with a ``result`` object carrying the answer and session id."""
         out = Report()
-        for line in stdout.splitlines():
-            try:
-                event = json.loads(line)
-            except ValueError:
-                continue
-            if not isinstance(event, dict):
-                continue
+        for event in json_objects(stdout):
             if event.get("session_id"):
                 out.session_id = event["session_id"]
             if event.get("type") == "result":

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import json
 
-from infra.harnesses.base import Endpoint, Harness, Invocation, Report, RolloutDirs
+from infra.harnesses.base import (
+    Endpoint,
+    Harness,
+    Invocation,
+    Report,
+    RolloutDirs,
+    json_objects,
+)
 from schemas.enums import Dialect
 
 _CONFIG = """\
@@ -77,13 +84,7 @@ class Codex(Harness):
     def report(self, stdout: str) -> Report:
         """``--json`` prints one event per line: thread.started, item.completed, turn.*."""
         out = Report()
-        for line in stdout.splitlines():
-            try:
-                event = json.loads(line)
-            except ValueError:
-                continue
-            if not isinstance(event, dict):
-                continue
+        for event in json_objects(stdout):
             kind = event.get("type")
             if kind == "thread.started":
                 out.session_id = event.get("thread_id")

@@ -40,22 +40,30 @@ class RunningProxy:
 
 
 @contextmanager
-def running_proxy(config: ProxyConfig) -> Iterator[RunningProxy]:
+def serve_in_thread(app: object, what: str, log_level: str = "warning") -> Iterator[str]:
+    """Serve an ASGI app under uvicorn in a daemon thread on a free port; yields its URL."""
     port = free_port()
-    app = create_app(config)
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level=log_level)  # type: ignore[arg-type]
+    server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 60
     while not server.started:
         if not thread.is_alive() or time.monotonic() > deadline:
-            raise RuntimeError("the proxy did not start")
+            raise RuntimeError(f"the {what} did not start")
         time.sleep(0.05)
     try:
-        yield RunningProxy(f"http://127.0.0.1:{port}", config, app)
+        yield f"http://127.0.0.1:{port}"
     finally:
         server.should_exit = True
         thread.join(30)
+
+
+@contextmanager
+def running_proxy(config: ProxyConfig) -> Iterator[RunningProxy]:
+    app = create_app(config)
+    with serve_in_thread(app, "proxy") as url:
+        yield RunningProxy(url, config, app)
 
 
 def read_events(

@@ -101,18 +101,9 @@ class CPUBackend(TrainerBackend):
             [p for p in self.model.parameters() if p.requires_grad], 1.0
         )
         self.optimizer.step()
-        gen = mask.bool()
         metrics.update(
-            {
-                "actor/pg_loss": sum(losses),
-                "actor/grad_norm": float(grad_norm),
-                "actor/behavior_kl": float(((old - batch.behavior_logprobs)[gen]).mean())
-                if gen.any()
-                else 0.0,
-                "data/tokens": batch.tokens(),
-                "data/generated_tokens": int(mask.sum()),
-                "data/rows": batch.size,
-            }
+            {"actor/pg_loss": sum(losses), "actor/grad_norm": float(grad_norm)},
+            **batch.metrics(old),
         )
         return metrics
 

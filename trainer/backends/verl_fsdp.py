@@ -233,17 +233,7 @@ class VerlBackend(TrainerBackend):
             values = [float(v) for v in (value if isinstance(value, list) else [value])]
             name = key if "/" in key else f"actor/{key}"
             metrics[name] = float(np.mean(values)) if values else 0.0
-        gen = mask.bool()
-        metrics.update(
-            {
-                "actor/behavior_kl": float(((old - batch.behavior_logprobs)[gen]).mean())
-                if gen.any()
-                else 0.0,
-                "data/tokens": batch.tokens(),
-                "data/generated_tokens": int(mask.sum()),
-                "data/rows": batch.size,
-            }
-        )
+        metrics.update(batch.metrics(old))
         return metrics
 
     def save(self, directory: Path) -> None:

@@ -28,14 +28,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from transformers import AutoTokenizer
 
-from infra.local.process import free_port
+from tests.proxy.harness import serve_in_thread
 
 LOGPROB = -0.125  # every scripted token's logprob (exact in float32)
 
@@ -178,19 +177,6 @@ class ScriptedPolicy:
 @contextmanager
 def serving(policy: ScriptedPolicy) -> Iterator[str]:
     """Serve the policy on a free loopback port; yields its base URL."""
-    port = free_port()
     logging.getLogger("uvicorn.error").addFilter(_QuietDrops())
-    config = uvicorn.Config(policy.app(), host="127.0.0.1", port=port, log_level="critical")
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        if not thread.is_alive() or time.monotonic() > deadline:
-            raise RuntimeError("the scripted policy did not start")
-        time.sleep(0.05)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(30)
+    with serve_in_thread(policy.app(), "scripted policy", log_level="critical") as url:
+        yield url
