@@ -88,6 +88,13 @@ def _ensure_process_group() -> None:
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
 
 
+def _attention(gpu: bool) -> str:
+    """flash-attention 2 where it is installed on a GPU machine, else PyTorch's SDPA."""
+    import importlib.util
+
+    return "flash_attention_2" if gpu and importlib.util.find_spec("flash_attn") else "sdpa"
+
+
 def compose(model_dir: Path, cfg: VerlConfig) -> Any:
     """veRL's engine config for ``model_dir``, composed from its own Hydra configs."""
     import verl
@@ -103,7 +110,7 @@ def compose(model_dir: Path, cfg: VerlConfig) -> Any:
         "model.use_remove_padding=true",
         f"model.enable_gradient_checkpointing={str(checkpointing).lower()}",
         f"model.lora_rank={cfg.lora_rank}",
-        f"+model.override_config.attn_implementation={'flash_attention_2' if gpu else 'sdpa'}",
+        f"+model.override_config.attn_implementation={_attention(gpu)}",
         f"engine.strategy={cfg.strategy}",
         f"engine.use_torch_compile={str(gpu).lower()}",
         f"+engine.mixed_precision={{param_dtype:{dtype},reduce_dtype:fp32,buffer_dtype:fp32}}",
