@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
+from urllib.parse import urlsplit
 
 from infra import paths
 from schemas.enums import Dialect
@@ -120,8 +121,10 @@ class Harness(abc.ABC):
         """A directory to put first on PATH for the harness's Node (None: the system's)."""
         return None
 
-    def base_env(self, dirs: RolloutDirs) -> dict[str, str]:
-        """A clean environment: the rollout's home, a minimal PATH, no inherited secrets."""
+    def base_env(self, dirs: RolloutDirs, endpoint: Endpoint) -> dict[str, str]:
+        """A clean environment: the rollout's home, a minimal PATH, no inherited secrets, and
+        every HTTP proxy variable pointed at a closed port, so that a harness that honours them
+        reaches the OpenForge proxy and nothing else."""
         env = {k: os.environ[k] for k in _PASSTHROUGH if k in os.environ}
         path = [str(self.executable().parent), "/usr/local/bin", "/usr/bin", "/bin"]
         node = self.node_bin_dir()
@@ -138,6 +141,13 @@ class Harness(abc.ABC):
             DO_NOT_TRACK="1",
         )
         env.setdefault("LANG", "C.UTF-8")
+        host = urlsplit(endpoint.proxy_url).hostname or "127.0.0.1"
+        blackhole = "http://127.0.0.1:9"  # the discard port: nothing listens
+        for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY"):
+            env[name] = env[name.lower()] = blackhole
+        env["NO_PROXY"] = env["no_proxy"] = ",".join(
+            dict.fromkeys([host, "127.0.0.1", "localhost"])
+        )
         return env
 
     @abc.abstractmethod

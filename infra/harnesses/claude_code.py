@@ -29,7 +29,7 @@ class ClaudeCode(Harness):
     def invocation(
         self, task: str, endpoint: Endpoint, dirs: RolloutDirs, timeout_s: float
     ) -> Invocation:
-        env = self.base_env(dirs)
+        env = self.base_env(dirs, endpoint)
         env.update(
             ANTHROPIC_BASE_URL=endpoint.rollout_base,
             ANTHROPIC_API_KEY=endpoint.api_key,

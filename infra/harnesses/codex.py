@@ -65,7 +65,7 @@ class Codex(Harness):
                 idle_ms=int(timeout_s * 1000),
             )
         )
-        env = self.base_env(dirs)
+        env = self.base_env(dirs, endpoint)
         env.update(CODEX_HOME=str(codex_home), OPENFORGE_API_KEY=endpoint.api_key)
         argv = [
             str(self.executable()),

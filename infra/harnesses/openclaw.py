@@ -76,7 +76,7 @@ class OpenClaw(Harness):
         config.write_text(json.dumps(self.config(endpoint), indent=2))
         state = dirs.home / "state"
         state.mkdir(exist_ok=True)
-        env = self.base_env(dirs)
+        env = self.base_env(dirs, endpoint)
         env.update(
             OPENCLAW_NO_AUTO_UPDATE="1",
             OPENCLAW_DISABLE_BONJOUR="1",

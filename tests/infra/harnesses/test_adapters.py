@@ -34,6 +34,9 @@ def test_codex_gets_a_custom_responses_provider(dirs: RolloutDirs) -> None:
     assert inv.env[provider["env_key"]] == "ofk-secret"
     assert inv.env["CODEX_HOME"] == str(dirs.home / ".codex")
     assert "OPENAI_API_KEY" not in inv.env and inv.env["HOME"] == str(dirs.home)
+    # Egress other than the proxy goes to a closed port.
+    assert inv.env["HTTPS_PROXY"] == inv.env["https_proxy"] == "http://127.0.0.1:9"
+    assert inv.env["NO_PROXY"].split(",")[0] == "127.0.0.1"
     assert inv.argv[-1] == "do it" and inv.cwd == dirs.workspace
 
 
