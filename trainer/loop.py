@@ -75,7 +75,8 @@ def train(cfg: TrainerConfig) -> dict[str, Any]:
         while cfg.steps is None or state.step < cfg.steps:
             episodes = stream.next_batch(state.policy_version, timeout=0.5)
             idle = cfg.idle_timeout is not None and time.monotonic() - last_batch > cfg.idle_timeout
-            if ranks.broadcast((episodes, episodes is None and idle)) == (None, True):
+            episodes, stop = ranks.broadcast((episodes, episodes is None and idle))
+            if stop:
                 break
             if episodes is None:
                 continue
