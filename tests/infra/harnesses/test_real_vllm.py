@@ -9,8 +9,6 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-import httpx
-
 from infra.harnesses import Harness
 from infra.harnesses.runner import run_rollout
 from infra.local.vllm import VLLMServer
@@ -18,26 +16,10 @@ from schemas.delta import Reconstructor
 from schemas.enums import CompletionStatus, RolloutPhase
 from schemas.rollout import RolloutEvent
 from tests.proxy.harness import completions_of, proxy_config, read_events, running_proxy
+from tests.trainer.test_weight_sync import _vllm_logprobs
 
 TASK = "Create a file named hello.txt containing the word hello."
 MAX_TOKENS = 48  # per call: the harnesses ask for up to 32k tokens; noise need not be long
-
-
-def engine_logprobs(vllm: VLLMServer, prompt: list[int], completion: list[int]) -> list[float]:
-    """vLLM's logprob of each completion token after ``prompt`` (scored, not sampled)."""
-    resp = httpx.post(
-        f"{vllm.base_url}/v1/completions",
-        json={
-            "model": "tiny",
-            "prompt": prompt + completion,
-            "max_tokens": 1,
-            "prompt_logprobs": 0,
-        },
-        timeout=300,
-    )
-    resp.raise_for_status()
-    entries = resp.json()["choices"][0]["prompt_logprobs"][len(prompt) :]
-    return [entry[str(tok)]["logprob"] for entry, tok in zip(entries, completion, strict=True)]
 
 
 def test_harness_runs_through_the_proxy_on_real_vllm(
@@ -74,6 +56,8 @@ def test_harness_runs_through_the_proxy_on_real_vllm(
             continue
         assert len(prompt) == event.prompt_length
         assert 0 < len(event.completion_token_ids) <= MAX_TOKENS
-        scored = engine_logprobs(long_vllm, prompt, event.completion_token_ids)
+        # vLLM's logprob of each recorded token after its prompt (scored, not sampled).
+        full = prompt + event.completion_token_ids
+        scored = _vllm_logprobs(long_vllm, "tiny", full)[len(prompt) - 1 :]
         for got, want in zip(event.completion_logprobs, scored, strict=True):
             assert math.isclose(got, want, abs_tol=2e-3), (got, want)
