@@ -31,9 +31,9 @@ from infra.paths import cache_dir
 from infra.tiny_model import TinyModelSpec, build_tiny_model
 from schemas.completion import CompletionEvent
 from schemas.enums import CompletionStatus
-from tests.infra.harnesses.policy import Script, ScriptedPolicy, serving
-from tests.infra.harnesses.test_scripted import CASES, TASK
-from tests.proxy.harness import completions_of, proxy_config, read_events, running_proxy
+from openforge.testing.policy import Script, ScriptedPolicy, serving
+from openforge.testing.harness_cases import CASES, TASK
+from openforge.testing.proxy import completions_of, proxy_config, read_events, running_proxy
 
 
 @dataclass

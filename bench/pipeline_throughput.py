@@ -27,7 +27,7 @@ from schemas.codec import decode_message, encode_message
 from schemas.completion import CompletionEvent
 from schemas.episode import Episode
 from schemas.reward import RewardEvent
-from tests.pipeline.rollouts import make_rollout
+from openforge.testing.rollouts import make_rollout
 
 
 def _write(url: str, rollouts: list, pace_s: float = 0.0) -> dict[str, int]:  # type: ignore[type-arg]

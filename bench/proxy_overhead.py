@@ -2,7 +2,7 @@
 
     .venv/bin/python -m bench.proxy_overhead [--requests 640] [--token-delay-ms 20]
 
-A fast upstream (``bench.fast_upstream``: vLLM's response format, 16 tokens per answer, no model)
+A fast upstream (``openforge.testing.fast_upstream``: vLLM's response format, 16 tokens per answer, no model)
 runs in one process, the proxy (writing to the embedded local log) in another, the clients
 (aiohttp on uvloop) in this one: three processes on the machine's cores. Streaming Chat
 Completions requests alternate between the upstream's own endpoint and the proxy.
@@ -33,7 +33,7 @@ import aiohttp
 import httpx
 import uvloop
 
-from infra.cli.model import default_tiny_dir
+from infra.paths import default_tiny_dir
 from infra.eventlog import EVENTS_TOPIC, open_reader
 from infra.local.process import ServiceProcess, free_port
 from infra.tiny_model import build_tiny_model
@@ -155,7 +155,7 @@ def main() -> None:
                 _service(
                     f"upstream-{kind}",
                     [
-                        "bench.fast_upstream",
+                        "openforge.testing.fast_upstream",
                         "--port",
                         str(ports[kind]),
                         "--model-dir",
@@ -171,7 +171,7 @@ def main() -> None:
                 _service(
                     f"proxy-{kind}",
                     [
-                        "infra.cli",
+                        "openforge",
                         "proxy",
                         "--upstream",
                         f"http://127.0.0.1:{ports[kind]}",

@@ -14,10 +14,10 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from infra.cli.model import default_tiny_dir
+from infra.paths import default_tiny_dir
 from infra.local.vllm import VLLMServer
 from infra.tiny_model import build_tiny_model
-from tests.trainer.test_weight_sync import _episodes
+from openforge.testing.episodes import fixed_episodes
 from trainer.algorithms import AlgorithmConfig
 from trainer.backends.cpu import CPUBackend
 from trainer.batch import to_batch
@@ -29,7 +29,7 @@ def main() -> None:
     parser.add_argument("--swaps", type=int, default=5)
     args = parser.parse_args()
     model = build_tiny_model(default_tiny_dir(0), seed=0)
-    batch = to_batch(_episodes())
+    batch = to_batch(fixed_episodes())
     with tempfile.TemporaryDirectory() as tmp, VLLMServer(model, served_model_name="tiny") as v:
         exports = {}
         for name, rank in (("lora", 8), ("full", None)):

@@ -66,6 +66,11 @@ def kafka_libs() -> Path:
     return path
 
 
+def default_tiny_dir(seed: int = 0) -> Path:
+    """Where the tiny model of ``seed`` is built and cached (``openforge model build-tiny``)."""
+    return cache_dir() / "models" / f"tiny-seed{seed}"
+
+
 def runtime_dir(name: str) -> Path:
     """A scratch directory under the cache for a service's data and logs."""
     path = cache_dir() / "run" / name

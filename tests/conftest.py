@@ -22,7 +22,7 @@ TINY_SEED = 0
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The tiny model, built once per session (cached across sessions under the cache dir)."""
-    from infra.cli.model import default_tiny_dir
+    from infra.paths import default_tiny_dir
 
     return build_tiny_model(default_tiny_dir(TINY_SEED), seed=TINY_SEED)
 

@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
 
     model_dir = args.model
     if model_dir is None:
-        from infra.cli.model import default_tiny_dir
+        from infra.paths import default_tiny_dir
         from infra.tiny_model import build_tiny_model
 
         model_dir = default_tiny_dir(0)

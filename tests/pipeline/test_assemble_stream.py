@@ -18,7 +18,7 @@ from schemas.codec import Record, encode_message
 from schemas.completion import CompletionEvent
 from schemas.reward import RewardEvent
 from schemas.rollout import RolloutEvent
-from tests.pipeline.rollouts import Rollout, make_rollout
+from openforge.testing.rollouts import Rollout, make_rollout
 
 LATENESS = 100.0  # seconds of event time
 

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from pipeline.assembly import assemble
 from schemas.enums import ContinuityClass
 from schemas.episode import episode_id_for
-from tests.pipeline.rollouts import make_rollout
+from openforge.testing.rollouts import make_rollout
 
 
 @settings(max_examples=200, deadline=None)

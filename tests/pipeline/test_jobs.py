@@ -16,8 +16,8 @@ from schemas.archive import ArchiveWriter, read_archive
 from schemas.codec import decode_message, encode_message
 from schemas.delta import Reconstructor
 from schemas.episode import Episode, episode_id_for
-from tests.pipeline.rollouts import make_rollout
-from tests.proxy.harness import completions_of, proxy_config, read_events, running_proxy
+from openforge.testing.rollouts import make_rollout
+from openforge.testing.proxy import completions_of, proxy_config, read_events, running_proxy
 
 
 def _episodes(url: str, topic: str, group: str) -> list[Episode]:

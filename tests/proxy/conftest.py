@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from infra.local.vllm import VLLMServer
-from tests.proxy.harness import RunningProxy, proxy_config, running_proxy
+from openforge.testing.proxy import RunningProxy, proxy_config, running_proxy
 
 
 @pytest.fixture(scope="module")

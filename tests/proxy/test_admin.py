@@ -9,7 +9,7 @@ import httpx
 
 from infra.local.vllm import VLLMServer
 from schemas.enums import Dialect
-from tests.proxy.harness import completions_of, proxy_config, read_events, running_proxy
+from openforge.testing.proxy import completions_of, proxy_config, read_events, running_proxy
 
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
 

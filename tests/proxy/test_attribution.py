@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from infra.local.vllm import VLLMServer
-from tests.proxy.harness import (
+from openforge.testing.proxy import (
     RunningProxy,
     completions_of,
     proxy_config,

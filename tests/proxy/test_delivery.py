@@ -15,7 +15,7 @@ from schemas.completion import CompletionEvent
 from schemas.enums import CompletionStatus, RolloutPhase
 from schemas.reward import RewardEvent
 from schemas.rollout import RolloutEvent
-from tests.proxy.harness import completions_of, proxy_config, read_events, running_proxy
+from openforge.testing.proxy import completions_of, proxy_config, read_events, running_proxy
 
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8}
 

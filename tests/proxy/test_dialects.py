@@ -18,7 +18,7 @@ from infra.local.vllm import VLLMServer
 from schemas.delta import Reconstructor
 from schemas.enums import CompletionStatus, ContinuityClass, Dialect
 from tests.proxy.engine import assert_engine_agrees, engine_chat_prompt
-from tests.proxy.harness import RunningProxy, completions_of, read_events
+from openforge.testing.proxy import RunningProxy, completions_of, read_events
 
 TOOL = {
     "type": "function",

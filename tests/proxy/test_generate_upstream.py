@@ -10,7 +10,7 @@ from infra.local.vllm import VLLMServer
 from schemas.delta import Reconstructor
 from schemas.enums import CompletionStatus, ContinuityClass
 from tests.proxy.engine import assert_engine_agrees
-from tests.proxy.harness import completions_of, proxy_config, read_events, running_proxy
+from openforge.testing.proxy import completions_of, proxy_config, read_events, running_proxy
 
 
 def test_generate_upstream_records_engine_tokens(vllm_server: VLLMServer, tmp_path: Path) -> None:

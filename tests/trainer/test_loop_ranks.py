@@ -23,7 +23,7 @@ def test_two_ranks_train_from_one_stream(tiny_model_dir: Path, tmp_path: Path) -
     out = tmp_path / "run"
     cmd = [
         sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-        "-m", "infra.cli", "trainer", "run", "--backend", "verl", "--lora-rank", "0",
+        "-m", "openforge", "trainer", "run", "--backend", "verl", "--lora-rank", "0",
         "--episodes", url, "--model", str(tiny_model_dir), "--out", str(out),
         "--group-size", "4", "--token-budget", "80", "--steps", "3", "--lr", "1e-3",
     ]  # fmt: skip

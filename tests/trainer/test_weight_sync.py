@@ -9,30 +9,12 @@ import numpy as np
 import torch
 
 from infra.local.vllm import VLLMServer
+from openforge.testing.episodes import fixed_episodes
 from schemas.episode import Episode, Sample
 from trainer.algorithms import AlgorithmConfig
 from trainer.backends.cpu import CPUBackend
 from trainer.batch import to_batch
 from trainer.weight_sync import WeightSync
-
-
-def _episodes() -> list[Episode]:
-    rng = np.random.default_rng(0)
-    out = []
-    for i in range(4):
-        tokens = rng.integers(10, 400, size=24).tolist()
-        mask = [0] * 12 + [1] * 12
-        out.append(
-            Episode(
-                f"e{i}",
-                f"r{i}",
-                [Sample(0, tokens, mask, [-5.0 if m else 0.0 for m in mask])],
-                float(i % 2),
-                0,
-                task_id="t",
-            )
-        )
-    return out
 
 
 def _vllm_logprobs(server: VLLMServer, model: str, ids: list[int]) -> list[float]:
@@ -56,7 +38,7 @@ def test_lora_hot_load_matches_trainer_logprobs(
     vllm_server: VLLMServer, tiny_model_dir: Path, tmp_path: Path
 ) -> None:
     backend = CPUBackend(tiny_model_dir, lora_rank=8, lr=5e-2)
-    batch = to_batch(_episodes())
+    batch = to_batch(fixed_episodes())
     for _ in range(2):  # LoRA starts as a no-op; two updates make it matter
         backend.train_step(batch, AlgorithmConfig())
     adapter = backend.export_for_inference(tmp_path / "adapter")
@@ -87,7 +69,7 @@ def test_full_weight_reload_matches_trainer_logprobs(
     """Full-weight training: vLLM drains, reloads every weight in place, and then serves exactly
     the trainer's model under its base name."""
     backend = CPUBackend(tiny_model_dir, lora_rank=None, lr=1e-2)
-    batch = to_batch(_episodes())
+    batch = to_batch(fixed_episodes())
     ids = batch.input_ids[0].tolist()
     name = vllm_server.served_model_name
     before = _vllm_logprobs(vllm_server, name, ids)

@@ -15,7 +15,7 @@ from infra.local.vllm import VLLMServer
 from schemas.delta import Reconstructor
 from schemas.enums import CompletionStatus, RolloutPhase
 from schemas.rollout import RolloutEvent
-from tests.proxy.harness import completions_of, proxy_config, read_events, running_proxy
+from openforge.testing.proxy import completions_of, proxy_config, read_events, running_proxy
 from tests.trainer.test_weight_sync import _vllm_logprobs
 
 TASK = "Create a file named hello.txt containing the word hello."

@@ -9,8 +9,8 @@ from infra.harnesses import OpenClaw
 from infra.harnesses.runner import run_rollout
 from schemas.enums import RolloutPhase
 from schemas.rollout import RolloutEvent
-from tests.infra.harnesses.policy import Script, ScriptedPolicy, serving
-from tests.proxy.harness import proxy_config, read_events, running_proxy
+from openforge.testing.policy import Script, ScriptedPolicy, serving
+from openforge.testing.proxy import proxy_config, read_events, running_proxy
 
 
 def test_a_rollout_past_its_deadline_is_killed_with_everything_it_started(
@@ -35,7 +35,7 @@ def test_rollout_run_command(tiny_model_dir: Path, tmp_path: Path) -> None:
     """``openforge rollout run codex TASK --proxy URL`` runs it and prints the outcome."""
     from typer.testing import CliRunner
 
-    from infra.cli import app
+    from openforge.cli import app
 
     policy = ScriptedPolicy(tiny_model_dir, Script("exec_command", {"cmd": "echo hi > hi.txt"}))
     with serving(policy) as url, running_proxy(proxy_config(url, tmp_path)) as proxy:

@@ -9,7 +9,6 @@ retry is recorded as ``retry_of`` the failed attempt, not as a new turn.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -17,46 +16,9 @@ from infra.harnesses import Harness
 from infra.harnesses.runner import RolloutResult, run_rollout
 from schemas.completion import CompletionEvent
 from schemas.enums import CompletionStatus, ContinuityClass, RolloutPhase
-from tests.infra.harnesses.policy import LOGPROB, Script, ScriptedPolicy, serving
-from tests.proxy.harness import completions_of, proxy_config, read_events, running_proxy
-
-TASK = "Create a file named hello.txt containing the words: hello from openforge"
-CONTENT = "hello from openforge\n"
-
-
-@dataclass(frozen=True)
-class Case:
-    tool: str
-    arguments: dict[str, Any]  # "{ws}" stands for the rollout's workspace
-    follow_up: ContinuityClass  # how the turn after the tool result relates to the first
-    retry_streams: bool  # whether the harness retries a dropped stream with streaming
-
-
-CASES = {
-    # Resends the full input each turn as an exact prefix; retries dropped streams as they were.
-    "codex": Case(
-        "exec_command",
-        {"cmd": "printf 'hello from openforge\\n' > hello.txt"},
-        ContinuityClass.EXACT,
-        retry_streams=True,
-    ),
-    # Resends the history; falls back to stream:false after a broken stream.
-    "claude-code": Case(
-        "Write",
-        {"file_path": "{ws}/hello.txt", "content": CONTENT},
-        ContinuityClass.EXACT,
-        retry_streams=False,
-    ),
-    # Appends an internal-context message to every request (so the history is not a prefix)
-    # and rewrites the prompt when it retries.
-    "openclaw": Case(
-        "write",
-        {"path": "hello.txt", "content": CONTENT},
-        ContinuityClass.INJECTED,
-        retry_streams=True,
-    ),
-}
-
+from openforge.testing.harness_cases import CASES, TASK
+from openforge.testing.policy import LOGPROB, Script, ScriptedPolicy, serving
+from openforge.testing.proxy import completions_of, proxy_config, read_events, running_proxy
 
 def run_scripted(
     harness: Harness, tiny_model_dir: Path, tmp_path: Path, drop: bool

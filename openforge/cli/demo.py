@@ -26,9 +26,9 @@ def demo(
     ),
 ) -> None:
     """Train the tiny model with RL on CPU: vLLM, proxy, Beam pipeline, veRL losses, weight sync."""
-    from infra.cli.model import default_tiny_dir
+    from infra.paths import default_tiny_dir
     from infra.tiny_model import build_tiny_model
-    from infra.training_demo import DemoConfig, run_demo
+    from openforge.demo_run import DemoConfig, run_demo
 
     console = Console()
     # SIGTERM unwinds like Ctrl-C, so vLLM, the proxy and the pipeline are stopped, not orphaned.

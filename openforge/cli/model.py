@@ -7,13 +7,9 @@ from typing import Annotated
 
 import typer
 
-from infra.paths import cache_dir
+from infra.paths import default_tiny_dir
 
 app = typer.Typer(help="Build local models (no model hub needed).", no_args_is_help=True)
-
-
-def default_tiny_dir(seed: int = 0) -> Path:
-    return cache_dir() / "models" / f"tiny-seed{seed}"
 
 
 @app.command("build-tiny")

@@ -5,7 +5,7 @@ Serves ``/v1/models``, streaming ``/v1/completions`` (token-id prompts, ``token_
 first chunk, ``token_ids`` per chunk), each with a fixed number of generated tokens and no model,
 instantly or paced like an engine decoding (``--token-delay-ms``).
 
-    python -m bench.fast_upstream --port 8200 --model-dir DIR --tokens 16
+    python -m openforge.testing.fast_upstream --port 8200 --model-dir DIR --tokens 16
 """
 
 from __future__ import annotations

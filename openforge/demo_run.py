@@ -141,7 +141,7 @@ def run_demo(
             [
                 sys.executable,
                 "-m",
-                "infra.cli",
+                "openforge",
                 "proxy",
                 "--upstream",
                 vllm.base_url,
@@ -163,7 +163,7 @@ def run_demo(
             [
                 sys.executable,
                 "-m",
-                "infra.cli",
+                "openforge",
                 "pipeline",
                 "run",
                 "--source",

@@ -6,7 +6,7 @@ import csv
 from pathlib import Path
 
 from infra.eventlog import DEAD_LETTER_TOPIC, EPISODES_TOPIC, open_reader
-from infra.training_demo import DemoConfig, lowercase_reward, run_demo
+from openforge.demo_run import DemoConfig, lowercase_reward, run_demo
 from schemas.codec import decode_message
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from infra.cli import demo, model, pipeline, proxy, rollout, services, trainer
+from openforge.cli import demo, model, pipeline, proxy, rollout, services, trainer
 
 app = typer.Typer(
     name="openforge",

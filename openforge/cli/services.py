@@ -24,7 +24,7 @@ def up(
     ] = None,
 ) -> None:
     """Start the services, print their addresses, and stop them cleanly on Ctrl-C."""
-    from infra.cli.model import default_tiny_dir
+    from infra.paths import default_tiny_dir
     from infra.local.kafka import KafkaBroker
     from infra.local.vllm import VLLMServer
     from infra.tiny_model import build_tiny_model
