@@ -29,11 +29,11 @@ from infra.harnesses.runner import run_rollout
 from infra.local.vllm import VLLMServer
 from infra.paths import cache_dir
 from infra.tiny_model import TinyModelSpec, build_tiny_model
+from openforge.testing.harness_cases import CASES, TASK
+from openforge.testing.policy import Script, ScriptedPolicy, serving
+from openforge.testing.proxy import completions_of, proxy_config, read_events, running_proxy
 from schemas.completion import CompletionEvent
 from schemas.enums import CompletionStatus
-from openforge.testing.policy import Script, ScriptedPolicy, serving
-from openforge.testing.harness_cases import CASES, TASK
-from openforge.testing.proxy import completions_of, proxy_config, read_events, running_proxy
 
 
 @dataclass

@@ -2,9 +2,9 @@
 
     .venv/bin/python -m bench.proxy_overhead [--requests 640] [--token-delay-ms 20]
 
-A fast upstream (``openforge.testing.fast_upstream``: vLLM's response format, 16 tokens per answer, no model)
-runs in one process, the proxy (writing to the embedded local log) in another, the clients
-(aiohttp on uvloop) in this one: three processes on the machine's cores. Streaming Chat
+A fast upstream (``openforge.testing.fast_upstream``: vLLM's response format, 16 tokens per
+answer, no model) runs in one process, the proxy (writing to the embedded local log) in another,
+the clients (aiohttp on uvloop) in this one: three processes on the machine's cores. Streaming Chat
 Completions requests alternate between the upstream's own endpoint and the proxy.
 
 - 1 client, instant upstream: the proxy's own per-request latency.
@@ -33,9 +33,9 @@ import aiohttp
 import httpx
 import uvloop
 
-from infra.paths import default_tiny_dir
 from infra.eventlog import EVENTS_TOPIC, open_reader
 from infra.local.process import ServiceProcess, free_port
+from infra.paths import default_tiny_dir
 from infra.tiny_model import build_tiny_model
 from schemas.codec import decode_message
 from schemas.completion import CompletionEvent

@@ -14,8 +14,8 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from infra.paths import default_tiny_dir
 from infra.local.vllm import VLLMServer
+from infra.paths import default_tiny_dir
 from infra.tiny_model import build_tiny_model
 from openforge.testing.episodes import fixed_episodes
 from trainer.algorithms import AlgorithmConfig

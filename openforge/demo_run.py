@@ -25,6 +25,7 @@ import httpx
 
 from infra.local.process import ServiceProcess, free_port
 from infra.local.vllm import VLLMServer
+from infra.proxy_client import ProxyAdmin
 
 PROMPTS = [
     "Describe the files in this repository.",
@@ -57,20 +58,17 @@ class RolloutDriver(threading.Thread):
     def __init__(self, proxy_url: str, cfg: DemoConfig, stop: threading.Event) -> None:
         super().__init__(daemon=True, name="rollout-driver")
         self.proxy_url, self.cfg, self.stop = proxy_url, cfg, stop
+        self.admin = ProxyAdmin(proxy_url)
         self.rollouts = 0
         self.error: BaseException | None = None
 
     def _rollout(self, task: int, group: str) -> None:
         import openai
 
-        reg = httpx.post(
-            f"{self.proxy_url}/admin/rollouts",
-            json={"task_id": f"task-{task}", "group_id": group, "harness": "openforge-demo"},
-            timeout=30,
+        reg = self.admin.register_rollout(
+            task_id=f"task-{task}", group_id=group, harness="openforge-demo"
         )
-        reg.raise_for_status()
-        info = reg.json()
-        client = openai.OpenAI(base_url=f"{self.proxy_url}/v1", api_key=info["api_key"])
+        client = openai.OpenAI(base_url=f"{self.proxy_url}/v1", api_key=reg.api_key)
         answer = client.chat.completions.create(
             model="policy",
             messages=[{"role": "user", "content": PROMPTS[task % len(PROMPTS)]}],
@@ -78,22 +76,11 @@ class RolloutDriver(threading.Thread):
             temperature=1.0,
         )
         text = answer.choices[0].message.content or ""
-        headers = {"authorization": f"Bearer {info['api_key']}"}
-        httpx.post(
-            f"{self.proxy_url}/rollout/{info['rollout_id']}/reward",
-            json={"reward": lowercase_reward(text), "verifier": "lowercase@1"},
-            headers=headers,
-            timeout=30,
-        ).raise_for_status()
-        httpx.post(
-            f"{self.proxy_url}/admin/rollouts/{info['rollout_id']}/finish",
-            json={"exit_code": 0},
-            timeout=30,
-        ).raise_for_status()
+        self.admin.post_reward(
+            reg.rollout_id, lowercase_reward(text), verifier="lowercase@1", key=reg.api_key
+        )
+        self.admin.finish_rollout(reg.rollout_id, exit_code=0)
         self.rollouts += 1
-
-    def _policy_version(self) -> int:
-        return int(httpx.get(f"{self.proxy_url}/admin/policy", timeout=30).json()["version"])
 
     def run(self) -> None:
         task = 0
@@ -102,7 +89,7 @@ class RolloutDriver(threading.Thread):
             while not self.stop.is_set():
                 # Stay close to on-policy: a few groups per policy version, then wait for the
                 # trainer's next update.
-                version = self._policy_version()
+                version = self.admin.policy_version()
                 if per_version.get(version, 0) >= self.cfg.groups_per_step:
                     time.sleep(0.2)
                     continue

@@ -48,6 +48,9 @@ class Registry(Generic[V]):
                 f"unknown {self.kind} {str(name)!r}: choose one of {', '.join(self.names())}"
             ) from None
 
+    def __getitem__(self, name: str) -> V:
+        return self.get(name)
+
     def names(self) -> list[str]:
         return sorted(self._entries)
 

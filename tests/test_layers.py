@@ -79,7 +79,9 @@ def test_every_import_points_down() -> None:
 
 
 def test_no_import_cycles() -> None:
-    graph = {name: sorted({mod for _, mod in edges if mod != name}) for name, edges in _graph().items()}
+    graph = {
+        name: sorted({mod for _, mod in edges if mod != name}) for name, edges in _graph().items()
+    }
     state: dict[str, int] = {}  # 1: on the current path, 2: done
     stack: list[str] = []
     cycles: list[str] = []

@@ -13,7 +13,7 @@ from typing import Any
 
 from trainer import checkpoint
 from trainer.algorithms import AlgorithmConfig
-from trainer.backends import make_backend
+from trainer.backends import BACKENDS, BackendName, make_backend
 from trainer.backends.base import TrainerBackend
 from trainer.batch import to_batch
 from trainer.metrics_log import MetricsLog
@@ -45,7 +45,7 @@ class TrainerConfig:
     model_dir: Path
     out_dir: Path
     lora_rank: int | None = 8
-    backend: str = "cpu"
+    backend: BackendName = BackendName.CPU
     lr: float = 1e-3
     algo: AlgorithmConfig = field(default_factory=AlgorithmConfig)
     stream: StreamConfig = field(default_factory=StreamConfig)
@@ -56,6 +56,10 @@ class TrainerConfig:
     sync_every: int = 1
     group: str = "openforge-trainer"
     seed: int = 0
+
+    def __post_init__(self) -> None:
+        BACKENDS.get(self.backend)  # a typo fails here, listing the valid backends
+        self.backend = BackendName(self.backend)
 
 
 def train(cfg: TrainerConfig) -> dict[str, Any]:

@@ -15,15 +15,22 @@ then set the proxy's policy version and open the gate. Each swap returns the sec
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
 import httpx
 
+from infra.proxy_client import ProxyAdmin
 from schemas.errors import ConfigError, ServiceError
 
-MODES = ("lora", "full")
+
+class SyncMode(StrEnum):
+    """How new weights reach vLLM."""
+
+    LORA = "lora"  # hot-load the LoRA adapter in place
+    FULL = "full"  # drain, reload every weight, resume
 
 
 @dataclass
@@ -33,21 +40,19 @@ class WeightSync:
     proxy_url: str | None = None
     admin_token: str | None = None
     timeout: float = 120.0
-    mode: str = "lora"  # lora | full
+    mode: SyncMode = SyncMode.LORA
+    _proxy: ProxyAdmin | None = field(init=False, repr=False, default=None)
 
     def __post_init__(self) -> None:
-        if self.mode not in MODES:
-            raise ConfigError(f"unknown weight-sync mode {self.mode!r}: choose lora or full")
-
-    def _admin(self, path: str, body: dict[str, object] | None = None) -> None:
-        if self.proxy_url is None:
-            return
-        headers = {"authorization": f"Bearer {self.admin_token}"} if self.admin_token else {}
-        resp = httpx.post(
-            f"{self.proxy_url}{path}", json=body, headers=headers, timeout=self.timeout
-        )
-        if resp.status_code >= 400:
-            raise ServiceError(f"proxy {path} failed ({resp.status_code}): {resp.text[:300]}")
+        try:
+            self.mode = SyncMode(self.mode)
+        except ValueError:
+            raise ConfigError(
+                f"unknown weight-sync mode {self.mode!r}: choose one of "
+                f"{', '.join(m.value for m in SyncMode)}"
+            ) from None
+        if self.proxy_url is not None:
+            self._proxy = ProxyAdmin(self.proxy_url, self.admin_token, timeout=self.timeout)
 
     def _vllm(self, path: str, hint: str, **kwargs: Any) -> httpx.Response:
         resp = httpx.post(f"{self.vllm_url}{path}", timeout=self.timeout, **kwargs)
@@ -83,13 +88,16 @@ class WeightSync:
         """Serve ``weights`` (an adapter or a full model, per ``mode``) as policy ``version``;
         returns the seconds taken."""
         t0 = time.perf_counter()
-        self._admin("/admin/pause")
+        if self._proxy is not None:
+            self._proxy.pause()
         try:
-            if self.mode == "full":
+            if self.mode is SyncMode.FULL:
                 self.load_full(weights)
             else:
                 self.load(weights)
-            self._admin("/admin/policy", {"version": version})
+            if self._proxy is not None:
+                self._proxy.set_policy_version(version)
         finally:
-            self._admin("/admin/resume")
+            if self._proxy is not None:
+                self._proxy.resume()
         return time.perf_counter() - t0

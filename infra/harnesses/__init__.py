@@ -6,19 +6,16 @@ from infra.harnesses.base import Endpoint, Harness, Invocation, Report, RolloutD
 from infra.harnesses.claude_code import ClaudeCode
 from infra.harnesses.codex import Codex
 from infra.harnesses.openclaw import OpenClaw
-from schemas.errors import ConfigError
+from schemas.registry import Registry
 
-HARNESSES: dict[str, type[Harness]] = {h.name: h for h in (Codex, ClaudeCode, OpenClaw)}
+HARNESSES: Registry[type[Harness]] = Registry("harness")
+for _cls in (Codex, ClaudeCode, OpenClaw):
+    HARNESSES.add(_cls.name, _cls)
 
 
 def harness(name: str) -> Harness:
     """The harness called ``name`` (codex, claude-code, openclaw), with default settings."""
-    try:
-        return HARNESSES[name]()
-    except KeyError:
-        raise ConfigError(
-            f"unknown harness {name!r}: choose one of {', '.join(sorted(HARNESSES))}"
-        ) from None
+    return HARNESSES.get(name)()
 
 
 __all__ = [

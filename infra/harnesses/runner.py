@@ -19,10 +19,9 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
-
 from infra.harnesses.base import Endpoint, Harness, Invocation, Report, RolloutDirs
 from infra.local.process import SERVICE_ID_ENV, kill_tagged, processes_of
+from infra.proxy_client import ProxyAdmin
 from schemas.enums import RolloutPhase
 from schemas.errors import ServiceError
 
@@ -53,17 +52,6 @@ class RolloutResult:
     def leftovers(self) -> list[int]:
         """Processes of this rollout still alive (should be none)."""
         return processes_of(self.service_id)
-
-
-def _admin(proxy_url: str, path: str, body: dict[str, object], token: str | None) -> dict:  # type: ignore[type-arg]
-    headers = {"authorization": f"Bearer {token}"} if token else {}
-    try:
-        resp = httpx.post(f"{proxy_url.rstrip('/')}{path}", json=body, headers=headers, timeout=30)
-    except httpx.HTTPError as exc:
-        raise ServiceError(f"cannot reach the proxy at {proxy_url}: {exc!r}") from exc
-    if resp.status_code >= 400:
-        raise ServiceError(f"proxy {path} answered {resp.status_code}: {resp.text[:500]}")
-    return dict(resp.json())
 
 
 def _stop_group(proc: subprocess.Popen[bytes], service_id: str, grace: float) -> None:
@@ -124,20 +112,16 @@ def run_rollout(
 ) -> RolloutResult:
     """Run ``task`` in ``harness`` against the proxy at ``proxy_url``; see the module doc."""
     rollout_id = rollout_id or f"{harness.name}-{uuid.uuid4().hex[:12]}"
-    registered = _admin(
-        proxy_url,
-        "/admin/rollouts",
-        {
-            "rollout_id": rollout_id,
-            "task_id": task_id,
-            "group_id": group_id,
-            "harness": harness.name,
-            "harness_version": harness.version,
-        },
-        admin_token,
+    admin = ProxyAdmin(proxy_url, admin_token)
+    registered = admin.register_rollout(
+        rollout_id,
+        task_id=task_id,
+        group_id=group_id,
+        harness=harness.name,
+        harness_version=harness.version,
     )
     dirs = RolloutDirs.under(root / rollout_id)
-    endpoint = Endpoint(proxy_url, rollout_id, registered["api_key"] or "none", model)
+    endpoint = Endpoint(proxy_url, rollout_id, registered.api_key or "none", model)
     inv = harness.invocation(task, endpoint, dirs, timeout_s)
     service_id = f"{os.getpid()}.rollout-{harness.name}.{uuid.uuid4().hex[:12]}"
     stdout, stderr = root / rollout_id / "stdout.log", root / rollout_id / "stderr.log"
@@ -152,12 +136,7 @@ def run_rollout(
             phase = RolloutPhase.FINISHED if code == 0 else RolloutPhase.FAILED
             message = f"exit code {code}"
     finally:
-        _admin(
-            proxy_url,
-            f"/admin/rollouts/{rollout_id}/finish",
-            {"phase": phase.value, "exit_code": code, "backend": "local", "message": message},
-            admin_token,
-        )
+        admin.finish_rollout(rollout_id, phase, exit_code=code, backend="local", message=message)
     report = harness.report(stdout.read_text(errors="replace"))
     return RolloutResult(
         rollout_id, harness.name, code, phase, elapsed, report, dirs, stdout, stderr, service_id

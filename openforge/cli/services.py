@@ -24,9 +24,9 @@ def up(
     ] = None,
 ) -> None:
     """Start the services, print their addresses, and stop them cleanly on Ctrl-C."""
-    from infra.paths import default_tiny_dir
     from infra.local.kafka import KafkaBroker
     from infra.local.vllm import VLLMServer
+    from infra.paths import default_tiny_dir
     from infra.tiny_model import build_tiny_model
 
     console = Console()

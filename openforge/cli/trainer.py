@@ -7,6 +7,8 @@ from typing import Annotated
 
 import typer
 
+from trainer.backends import BackendName
+
 app = typer.Typer(
     help="Off-policy-corrected RL on episodes (veRL's algorithms).", no_args_is_help=True
 )
@@ -21,8 +23,9 @@ def run(
     ),
     lora_rank: Annotated[int, typer.Option(help="LoRA rank; 0 trains full weights.")] = 8,
     backend: Annotated[
-        str, typer.Option(help="cpu (reference) or verl (veRL's FSDP engine; torchrun on GPUs).")
-    ] = "cpu",
+        BackendName,
+        typer.Option(help="cpu (reference) or verl (veRL's FSDP engine; torchrun on GPUs)."),
+    ] = BackendName.CPU,
     lr: Annotated[float, typer.Option(help="AdamW learning rate.")] = 1e-3,
     advantage: Annotated[
         str, typer.Option(help="veRL advantage estimator: grpo, rloo, ...")
@@ -56,10 +59,10 @@ def run(
     from trainer.algorithms import AlgorithmConfig
     from trainer.loop import TrainerConfig, train
     from trainer.stream import StreamConfig
-    from trainer.weight_sync import WeightSync
+    from trainer.weight_sync import SyncMode, WeightSync
 
     # Full-weight training is served by reloading every weight; a LoRA adapter is hot-loaded.
-    mode = "lora" if lora_rank else "full"
+    mode = SyncMode.LORA if lora_rank else SyncMode.FULL
     sync = WeightSync(vllm, lora_name, proxy, admin_token, mode=mode) if vllm else None
     summary = train(
         TrainerConfig(

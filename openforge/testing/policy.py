@@ -89,7 +89,9 @@ class ScriptedPolicy:
 
     def __post_init__(self) -> None:
         self.tokenizer = AutoTokenizer.from_pretrained(str(self.model_dir))
-        self.end_id = int(self.tokenizer.convert_tokens_to_ids("<|im_end|>"))
+        end = self.tokenizer.convert_tokens_to_ids("<|im_end|>")
+        assert isinstance(end, int), end
+        self.end_id = end
         self._lock = threading.Lock()
 
     def answer(self, prompt_ids: list[int]) -> tuple[str, str]:

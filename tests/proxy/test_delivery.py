@@ -11,11 +11,11 @@ import pytest
 from infra.local.kafka import KafkaBroker
 from infra.local.process import free_port
 from infra.local.vllm import VLLMServer
+from openforge.testing.proxy import completions_of, proxy_config, read_events, running_proxy
 from schemas.completion import CompletionEvent
 from schemas.enums import CompletionStatus, RolloutPhase
 from schemas.reward import RewardEvent
 from schemas.rollout import RolloutEvent
-from openforge.testing.proxy import completions_of, proxy_config, read_events, running_proxy
 
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8}
 

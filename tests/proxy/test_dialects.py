@@ -15,10 +15,10 @@ import openai
 import pytest
 
 from infra.local.vllm import VLLMServer
+from openforge.testing.proxy import RunningProxy, completions_of, read_events
 from schemas.delta import Reconstructor
 from schemas.enums import CompletionStatus, ContinuityClass, Dialect
 from tests.proxy.engine import assert_engine_agrees, engine_chat_prompt
-from openforge.testing.proxy import RunningProxy, completions_of, read_events
 
 TOOL = {
     "type": "function",

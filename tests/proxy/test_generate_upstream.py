@@ -7,10 +7,10 @@ from pathlib import Path
 import openai
 
 from infra.local.vllm import VLLMServer
+from openforge.testing.proxy import completions_of, proxy_config, read_events, running_proxy
 from schemas.delta import Reconstructor
 from schemas.enums import CompletionStatus, ContinuityClass
 from tests.proxy.engine import assert_engine_agrees
-from openforge.testing.proxy import completions_of, proxy_config, read_events, running_proxy
 
 
 def test_generate_upstream_records_engine_tokens(vllm_server: VLLMServer, tmp_path: Path) -> None:

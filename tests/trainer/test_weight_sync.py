@@ -5,12 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import httpx
-import numpy as np
 import torch
 
 from infra.local.vllm import VLLMServer
 from openforge.testing.episodes import fixed_episodes
-from schemas.episode import Episode, Sample
 from trainer.algorithms import AlgorithmConfig
 from trainer.backends.cpu import CPUBackend
 from trainer.batch import to_batch

@@ -1,26 +1,44 @@
 """Trainer backends behind one interface: the CPU reference (``cpu``) and veRL's FSDP engine
-(``verl``)."""
+(``verl``). Each is registered as a factory that imports its heavy dependencies when called."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from enum import StrEnum
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from schemas.errors import ConfigError
-from trainer.backends.base import TrainerBackend
+from schemas.registry import Registry
 
-BACKENDS = ("cpu", "verl")
+if TYPE_CHECKING:  # the backends import torch; naming one must stay cheap (the CLI does)
+    from trainer.backends.base import TrainerBackend
+
+
+class BackendName(StrEnum):
+    CPU = "cpu"  # the reference: transformers + peft + AdamW, one process
+    VERL = "verl"  # veRL's FSDP engine, one rank per GPU under torchrun
+
+
+Factory = Callable[[Path, int | None, float, int], "TrainerBackend"]
+BACKENDS: Registry[Factory] = Registry("trainer backend")
+
+
+@BACKENDS.register(BackendName.CPU)
+def _cpu(model_dir: Path, lora_rank: int | None, lr: float, seed: int) -> TrainerBackend:
+    from trainer.backends.cpu import CPUBackend
+
+    return CPUBackend(model_dir, lora_rank=lora_rank, lr=lr, seed=seed)
+
+
+@BACKENDS.register(BackendName.VERL)
+def _verl(model_dir: Path, lora_rank: int | None, lr: float, seed: int) -> TrainerBackend:
+    from trainer.backends.verl_fsdp import VerlBackend, VerlConfig
+
+    return VerlBackend(model_dir, VerlConfig(lr=lr, lora_rank=lora_rank or 0), seed=seed)
 
 
 def make_backend(
     name: str, model_dir: Path, lora_rank: int | None, lr: float, seed: int = 0
 ) -> TrainerBackend:
     """The backend called ``name`` for ``model_dir`` (LoRA of ``lora_rank``, or full weights)."""
-    if name == "cpu":
-        from trainer.backends.cpu import CPUBackend
-
-        return CPUBackend(model_dir, lora_rank=lora_rank, lr=lr, seed=seed)
-    if name == "verl":
-        from trainer.backends.verl_fsdp import VerlBackend, VerlConfig
-
-        return VerlBackend(model_dir, VerlConfig(lr=lr, lora_rank=lora_rank or 0), seed=seed)
-    raise ConfigError(f"unknown trainer backend {name!r}: choose one of {', '.join(BACKENDS)}")
+    return BACKENDS.get(name)(model_dir, lora_rank, lr, seed)

@@ -12,10 +12,10 @@ from pathlib import Path
 from infra.harnesses import Harness
 from infra.harnesses.runner import run_rollout
 from infra.local.vllm import VLLMServer
+from openforge.testing.proxy import completions_of, proxy_config, read_events, running_proxy
 from schemas.delta import Reconstructor
 from schemas.enums import CompletionStatus, RolloutPhase
 from schemas.rollout import RolloutEvent
-from openforge.testing.proxy import completions_of, proxy_config, read_events, running_proxy
 from tests.trainer.test_weight_sync import _vllm_logprobs
 
 TASK = "Create a file named hello.txt containing the word hello."

@@ -7,10 +7,10 @@ from pathlib import Path
 
 from infra.harnesses import OpenClaw
 from infra.harnesses.runner import run_rollout
-from schemas.enums import RolloutPhase
-from schemas.rollout import RolloutEvent
 from openforge.testing.policy import Script, ScriptedPolicy, serving
 from openforge.testing.proxy import proxy_config, read_events, running_proxy
+from schemas.enums import RolloutPhase
+from schemas.rollout import RolloutEvent
 
 
 def test_a_rollout_past_its_deadline_is_killed_with_everything_it_started(

@@ -10,15 +10,15 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 from infra.harnesses import Harness
 from infra.harnesses.runner import RolloutResult, run_rollout
-from schemas.completion import CompletionEvent
-from schemas.enums import CompletionStatus, ContinuityClass, RolloutPhase
-from openforge.testing.harness_cases import CASES, TASK
+from openforge.testing.harness_cases import CASES, CONTENT, TASK
 from openforge.testing.policy import LOGPROB, Script, ScriptedPolicy, serving
 from openforge.testing.proxy import completions_of, proxy_config, read_events, running_proxy
+from schemas.completion import CompletionEvent
+from schemas.enums import CompletionStatus, ContinuityClass, RolloutPhase
+
 
 def run_scripted(
     harness: Harness, tiny_model_dir: Path, tmp_path: Path, drop: bool

@@ -1,0 +1,148 @@
+"""A client of the capture proxy's admin API, for whoever drives rollouts or swaps weights.
+
+    admin = ProxyAdmin("http://127.0.0.1:8100", token)
+    reg = admin.register_rollout("ro-1", task_id="t1", group_id="g1", harness="codex")
+    ...   # the harness calls reg.openai_base_path with reg.api_key
+    admin.finish_rollout("ro-1", RolloutPhase.FINISHED, exit_code=0)
+    admin.post_reward("ro-1", 1.0, components={"tests": 1.0}, verifier="pytest@1")
+
+The trainer uses ``pause`` / ``set_policy_version`` / ``resume`` around a weight swap. Every
+failure (unreachable proxy, an error answer) is a :class:`~schemas.errors.ServiceError` naming
+the route and the proxy's own message. The proxy's routes are documented in ``proxy/app.py``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from schemas.enums import RolloutPhase
+from schemas.errors import ServiceError
+
+
+@dataclass(frozen=True, slots=True)
+class Registration:
+    """A registered rollout: its id, its minted key (None when none was minted) and the base
+    paths a harness is pointed at."""
+
+    rollout_id: str
+    api_key: str | None
+    openai_base_path: str
+    anthropic_base_path: str
+
+
+class ProxyAdmin:
+    """The admin API of the proxy at ``url`` (bearer ``token`` when the proxy has one)."""
+
+    def __init__(self, url: str, token: str | None = None, timeout: float = 30.0) -> None:
+        self.url = url.rstrip("/")
+        self.token = token
+        self.timeout = timeout
+
+    def _call(
+        self, method: str, path: str, body: dict[str, Any] | None = None, key: str | None = None
+    ) -> dict[str, Any]:
+        credential = key or self.token
+        headers = {"authorization": f"Bearer {credential}"} if credential else {}
+        try:
+            resp = httpx.request(
+                method, f"{self.url}{path}", json=body, headers=headers, timeout=self.timeout
+            )
+        except httpx.HTTPError as exc:
+            raise ServiceError(
+                f"cannot reach the proxy at {self.url} ({method} {path}): {exc!r}. "
+                "Is it running, and is the URL right?"
+            ) from exc
+        if resp.status_code >= 400:
+            raise ServiceError(
+                f"proxy {method} {path} answered {resp.status_code}: {resp.text[:500]}"
+            )
+        try:
+            return dict(resp.json())
+        except ValueError as exc:
+            raise ServiceError(
+                f"proxy {method} {path} answered non-JSON: {resp.text[:200]}"
+            ) from exc
+
+    def register_rollout(
+        self,
+        rollout_id: str | None = None,
+        *,
+        task_id: str | None = None,
+        group_id: str | None = None,
+        harness: str | None = None,
+        harness_version: str | None = None,
+        metadata: dict[str, str] | None = None,
+        mint_key: bool = True,
+    ) -> Registration:
+        """Register a rollout (the proxy mints an id when ``rollout_id`` is None)."""
+        body: dict[str, Any] = {
+            "task_id": task_id,
+            "group_id": group_id,
+            "harness": harness,
+            "harness_version": harness_version,
+            "mint_key": mint_key,
+        }
+        if rollout_id is not None:
+            body["rollout_id"] = rollout_id
+        if metadata:
+            body["metadata"] = metadata
+        got = self._call("POST", "/admin/rollouts", body)
+        return Registration(
+            got["rollout_id"],
+            got.get("api_key"),
+            got["openai_base_path"],
+            got["anthropic_base_path"],
+        )
+
+    def finish_rollout(
+        self,
+        rollout_id: str,
+        phase: RolloutPhase = RolloutPhase.FINISHED,
+        *,
+        exit_code: int | None = None,
+        backend: str | None = None,
+        message: str | None = None,
+    ) -> None:
+        """Record the rollout's end (a RolloutEvent with ``phase``)."""
+        body: dict[str, Any] = {"phase": phase.value, "exit_code": exit_code}
+        if backend is not None:
+            body["backend"] = backend
+        if message is not None:
+            body["message"] = message
+        self._call("POST", f"/admin/rollouts/{rollout_id}/finish", body)
+
+    def post_reward(
+        self,
+        rollout_id: str,
+        reward: float,
+        *,
+        components: dict[str, float] | None = None,
+        verifier: str | None = None,
+        key: str | None = None,
+    ) -> str:
+        """Record the rollout's reward (a RewardEvent); returns its event id. ``key`` posts with
+        a rollout key instead of the admin token."""
+        body: dict[str, Any] = {"reward": reward, "components": components or {}}
+        if verifier is not None:
+            body["verifier"] = verifier
+        return str(self._call("POST", f"/rollout/{rollout_id}/reward", body, key=key)["event_id"])
+
+    def policy_version(self) -> int:
+        """The policy version the proxy stamps on new tokens."""
+        return int(self._call("GET", "/admin/policy")["version"])
+
+    def set_policy_version(self, version: int) -> None:
+        self._call("POST", "/admin/policy", {"version": version})
+
+    def pause(self) -> None:
+        """Hold (or refuse, per the proxy's pause mode) new calls until :meth:`resume`."""
+        self._call("POST", "/admin/pause")
+
+    def resume(self) -> None:
+        self._call("POST", "/admin/resume")
+
+    def health(self) -> dict[str, Any]:
+        return self._call("GET", "/health")
