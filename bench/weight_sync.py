@@ -40,7 +40,7 @@ def main() -> None:
         for i in range(args.swaps):  # interleaved, so drift hits both alike
             for mode in ("lora", "full"):
                 sync = WeightSync(v.base_url, lora_name="policy", mode=mode)
-                times[mode].append(sync.swap(exports[mode], version=i + 1))
+                times[mode].append(sync.swap(exports[mode], policy_version=i + 1))
         WeightSync(v.base_url, mode="full").load_full(model)
     for mode, values in times.items():
         print(f"{mode}: median {statistics.median(values):.3f} s, max {max(values):.3f} s")

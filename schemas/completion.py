@@ -88,7 +88,7 @@ class CompletionEvent:
     finish_reason: str | None = None
     usage: Usage = field(default_factory=Usage)
     error: str | None = None
-    retry_of: str | None = None  # event id of the earlier attempt of the same turn
+    retry_of: str | None = None  # event id of the earlier attempt of the same call
     side_call: bool = False  # outside the main thread (a title request, another model)
     continuity: ContinuityClass = ContinuityClass.FIRST
     request_history_ref: str | None = None  # delta form of the request body's history list

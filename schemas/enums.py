@@ -31,7 +31,7 @@ class ContinuityClass(StrEnum):
 
     FIRST = "first"  # no earlier call in this thread
     EXACT = "exact"  # prompt = previous prompt + previous completion + newly rendered suffix
-    RETRY = "retry"  # the same turn again after a failed or abandoned attempt
+    RETRY = "retry"  # the same call again after a failed or abandoned attempt
     REWRITTEN = "rewritten"  # resent history differs (re-serialised arguments, rewritten ids)
     INJECTED = "injected"  # messages inserted into the resent history
     DROPPED = "dropped"  # messages removed from the resent history

@@ -84,8 +84,8 @@ class WeightSync:
         finally:
             self._vllm("/resume", hint)
 
-    def swap(self, weights: Path, version: int) -> float:
-        """Serve ``weights`` (an adapter or a full model, per ``mode``) as policy ``version``;
+    def swap(self, weights: Path, policy_version: int) -> float:
+        """Serve ``weights`` (an adapter or a full model, per ``mode``) as ``policy_version``;
         returns the seconds taken."""
         t0 = time.perf_counter()
         if self._proxy is not None:
@@ -96,7 +96,7 @@ class WeightSync:
             else:
                 self.load(weights)
             if self._proxy is not None:
-                self._proxy.set_policy_version(version)
+                self._proxy.set_policy_version(policy_version)
         finally:
             if self._proxy is not None:
                 self._proxy.resume()

@@ -66,7 +66,7 @@ def test_exported_weights_are_what_vllm_serves(
     verl_backend.train_step(batch, AlgorithmConfig())
     sync = WeightSync(vllm_server.base_url, mode="full")
     try:
-        sync.swap(verl_backend.export_for_inference(tmp_path / "export"), version=1)
+        sync.swap(verl_backend.export_for_inference(tmp_path / "export"), policy_version=1)
         ids = batch.input_ids[0].tolist()
         engine = torch.tensor(_vllm_logprobs(vllm_server, vllm_server.served_model_name, ids))
         trainer = verl_backend.logprobs(batch)[0]  # response positions only
@@ -84,7 +84,7 @@ def test_lora_adapter_export_is_what_vllm_serves(
     for _ in range(2):  # LoRA starts as a no-op
         backend.train_step(batch, AlgorithmConfig())
     adapter = backend.export_for_inference(tmp_path / "adapter")
-    WeightSync(vllm_server.base_url, lora_name="verl-policy").swap(adapter, version=1)
+    WeightSync(vllm_server.base_url, lora_name="verl-policy").swap(adapter, policy_version=1)
     ids = batch.input_ids[0].tolist()
     engine = torch.tensor(_vllm_logprobs(vllm_server, "verl-policy", ids))
     base = torch.tensor(_vllm_logprobs(vllm_server, vllm_server.served_model_name, ids))

@@ -40,7 +40,7 @@ def test_lora_hot_load_matches_trainer_logprobs(
     for _ in range(2):  # LoRA starts as a no-op; two updates make it matter
         backend.train_step(batch, AlgorithmConfig())
     adapter = backend.export_for_inference(tmp_path / "adapter")
-    seconds = WeightSync(vllm_server.base_url, lora_name="policy").swap(adapter, version=1)
+    seconds = WeightSync(vllm_server.base_url, lora_name="policy").swap(adapter, policy_version=1)
     assert seconds > 0  # recorded; bench/weight_sync.py measures it
 
     ids = batch.input_ids[0].tolist()
@@ -53,7 +53,7 @@ def test_lora_hot_load_matches_trainer_logprobs(
     # A second update, loaded in place under the same name, is served at once.
     backend.train_step(batch, AlgorithmConfig())
     WeightSync(vllm_server.base_url, lora_name="policy").swap(
-        backend.export_for_inference(tmp_path / "adapter2"), version=2
+        backend.export_for_inference(tmp_path / "adapter2"), policy_version=2
     )
     trainer2 = backend.logprobs(batch)[0].tolist()
     engine2 = _vllm_logprobs(vllm_server, "policy", ids)
@@ -74,7 +74,7 @@ def test_full_weight_reload_matches_trainer_logprobs(
     backend.train_step(batch, AlgorithmConfig())
     sync = WeightSync(vllm_server.base_url, mode="full")
     try:
-        seconds = sync.swap(backend.export_for_inference(tmp_path / "full"), version=1)
+        seconds = sync.swap(backend.export_for_inference(tmp_path / "full"), policy_version=1)
         assert seconds > 0
         trainer = backend.logprobs(batch)[0].tolist()
         engine = _vllm_logprobs(vllm_server, name, ids)
