@@ -21,13 +21,13 @@ import time
 from pathlib import Path
 
 from infra.eventlog import EPISODES_TOPIC, EVENTS_TOPIC, open_reader, open_writer
+from openforge.testing.rollouts import make_rollout
 from pipeline.assembly import assemble
 from pipeline.jobs import Outputs, run_streaming
 from schemas.codec import decode_message, encode_message
 from schemas.completion import CompletionEvent
 from schemas.episode import Episode
 from schemas.reward import RewardEvent
-from openforge.testing.rollouts import make_rollout
 
 
 def _write(url: str, rollouts: list, pace_s: float = 0.0) -> dict[str, int]:  # type: ignore[type-arg]

@@ -13,12 +13,12 @@ from apache_beam.testing.test_stream import TestStream as ScriptedStream
 from apache_beam.testing.util import assert_that, equal_to
 from apache_beam.transforms.window import TimestampedValue
 
+from openforge.testing.rollouts import Rollout, make_rollout
 from pipeline.assemble import DEAD_LETTER, AssembleEpisodes
 from schemas.codec import Record, encode_message
 from schemas.completion import CompletionEvent
 from schemas.reward import RewardEvent
 from schemas.rollout import RolloutEvent
-from openforge.testing.rollouts import Rollout, make_rollout
 
 LATENESS = 100.0  # seconds of event time
 

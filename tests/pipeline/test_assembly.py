@@ -7,10 +7,10 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from openforge.testing.rollouts import make_rollout
 from pipeline.assembly import assemble
 from schemas.enums import ContinuityClass
 from schemas.episode import episode_id_for
-from openforge.testing.rollouts import make_rollout
 
 
 @settings(max_examples=200, deadline=None)

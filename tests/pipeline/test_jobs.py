@@ -11,13 +11,13 @@ import openai
 from infra.eventlog import DEAD_LETTER_TOPIC, EPISODES_TOPIC, EVENTS_TOPIC, open_reader, open_writer
 from infra.local.kafka import KafkaBroker
 from infra.local.vllm import VLLMServer
+from openforge.testing.proxy import completions_of, proxy_config, read_events, running_proxy
+from openforge.testing.rollouts import make_rollout
 from pipeline.jobs import Outputs, run_replay, run_streaming
 from schemas.archive import ArchiveWriter, read_archive
 from schemas.codec import decode_message, encode_message
 from schemas.delta import Reconstructor
 from schemas.episode import Episode, episode_id_for
-from openforge.testing.rollouts import make_rollout
-from openforge.testing.proxy import completions_of, proxy_config, read_events, running_proxy
 
 
 def _episodes(url: str, topic: str, group: str) -> list[Episode]:
