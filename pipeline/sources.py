@@ -5,7 +5,8 @@ Parquet archive (batch, for replay).
 pure-Python splittable DoFn (works on FnApiRunner ``--streaming``; on Flink/Spark/Dataflow too).
 Elements are ``(rollout_id, frame)`` stamped with the log's record time; the watermark follows
 the record times and, while a partition is idle, wall time. With ``stop_when_idle_s`` the read
-ends after that long without new records (for tests and catch-up jobs).
+ends after that long without new records (for tests and catch-up jobs). The source reads only
+through the event log's reader interface (partition reads by record offset): no backend here.
 """
 
 from __future__ import annotations
@@ -25,11 +26,10 @@ from apache_beam.transforms.core import RestrictionProvider
 from apache_beam.transforms.window import TimestampedValue
 from apache_beam.utils.timestamp import Duration, Timestamp
 
-from infra.eventlog.base import EVENTS_TOPIC, parse_url
-from infra.eventlog.local import read_entries
+from infra.eventlog import EVENTS_TOPIC, EventLogReader, open_reader
 from schemas.archive import archive_files
 from schemas.codec import REGISTRY, decode_batch, encode_message, record_type
-from schemas.errors import EventLogError
+from schemas.errors import ConfigError
 
 END = sys.maxsize
 # Records read per process() call. Large on purpose: FnApiRunner (the local runner) ignores SDF
@@ -51,14 +51,23 @@ class _Partitions(RestrictionProvider):
 
 
 class _ReadPartitionFn(beam.DoFn):
-    """Element: ``(url, topic, partition)``. Positions: Kafka offsets, or local-log byte offsets
-    (a record is claimed at its last byte)."""
+    """Element: ``(url, topic, partition)``. Positions: record offsets (each record is claimed at
+    its offset, so a checkpoint's remainder starts exactly at the next record)."""
 
     def __init__(self, stop_when_idle_s: float | None, poll_s: float = 0.2) -> None:
         self.stop_when_idle_s = stop_when_idle_s
         self.poll_s = poll_s
         self.records = Metrics.counter("openforge.pipeline", "log_records_read")
         self._idle_since: dict[tuple[str, str, int], float] = {}
+
+    def setup(self) -> None:
+        self._readers: dict[str, EventLogReader] = {}
+
+    def _reader(self, url: str) -> EventLogReader:
+        reader = self._readers.get(url)
+        if reader is None:
+            reader = self._readers[url] = open_reader(url)
+        return reader
 
     @beam.DoFn.unbounded_per_element()
     def process(
@@ -71,22 +80,20 @@ class _ReadPartitionFn(beam.DoFn):
     ) -> Iterator[Any]:
         url, topic, partition = element
         start = tracker.current_restriction().start
-        kind, where = parse_url(url)
-        read = self._read_local if kind == "local" else self._read_kafka
-        records, caught_up = read(where, topic, partition, start)
-        for last, key, value, ts_ms in records:
-            # Claim the record's last position: a checkpoint's remainder then starts exactly at
-            # the next record (local log: its byte offset; Kafka: its offset).
-            if not tracker.try_claim(last):
+        batch = self._reader(url).read(
+            topic, partition, start, MAX_RECORDS_PER_CALL, timeout=self.poll_s
+        )
+        for record in batch.records:
+            if not tracker.try_claim(record.offset):
                 return
-            ts = Timestamp(micros=ts_ms * 1000)
+            ts = Timestamp(micros=record.timestamp_ms * 1000)
             current = watermark.current_watermark()
             if current is None or ts > current:
                 watermark.set_watermark(ts)
-            yield TimestampedValue(((key or b"").decode(), value), ts)
-        self.records.inc(len(records))
+            yield TimestampedValue(((record.key or b"").decode(), record.value), ts)
+        self.records.inc(len(batch.records))
         now = time.time()
-        if records or not caught_up:
+        if batch.records or not batch.caught_up:
             self._idle_since[element] = now
         idle_since = self._idle_since.setdefault(element, now)
         if self.stop_when_idle_s is not None and now - idle_since >= self.stop_when_idle_s:
@@ -94,81 +101,24 @@ class _ReadPartitionFn(beam.DoFn):
             return
         # Caught up, and nothing emitted in this bundle (so no element of it can fall behind):
         # event time may advance to about now.
-        if caught_up and not records:
+        if batch.caught_up and not batch.records:
             current = watermark.current_watermark()
             idle_mark = Timestamp.of(now - 1.0)
             if current is None or idle_mark > current:
                 watermark.set_watermark(idle_mark)
-        if not records:
+        if not batch.records:
             time.sleep(self.poll_s)  # the local runner resumes at once, whatever delay we ask
         tracker.defer_remainder(Duration.of(self.poll_s))
 
-    def _read_local(
-        self, root: str, topic: str, partition: int, start: int
-    ) -> tuple[list[tuple[int, bytes | None, bytes, int]], bool]:
-        """Up to a bundle's worth of entries from byte ``start``; caught up at the end of file."""
-        path = Path(root) / topic / "data.log"
-        if not path.exists():
-            return [], True
-        with open(path, "rb") as f:
-            entries, at_end = read_entries(f, start, MAX_RECORDS_PER_CALL)
-        return [(e.end - 1, e.key, e.value, e.timestamp_ms) for e in entries], at_end
-
-    def _read_kafka(
-        self, servers: str, topic: str, partition: int, start: int
-    ) -> tuple[list[tuple[int, bytes | None, bytes, int]], bool]:
-        """One poll from offset ``start``; caught up when nothing is left before the end offset."""
-        from kafka import TopicPartition
-
-        consumer = self._consumer(servers)
-        tp = TopicPartition(topic, partition)
-        consumer.assign([tp])
-        consumer.seek(tp, start)
-        batches = consumer.poll(
-            timeout_ms=int(self.poll_s * 1000), max_records=MAX_RECORDS_PER_CALL
-        )
-        out = [(r.offset, r.key, r.value, r.timestamp) for r in batches.get(tp, [])]
-        next_offset = out[-1][0] + 1 if out else start
-        end = consumer.end_offsets([tp]).get(tp, 0)
-        return out, next_offset >= end
-
-    def _consumer(self, servers: str) -> Any:
-        consumer = getattr(self, "_kafka", None)
-        if consumer is None:
-            from kafka import KafkaConsumer
-
-            consumer = KafkaConsumer(
-                bootstrap_servers=servers,
-                enable_auto_commit=False,
-                max_partition_fetch_bytes=16 * 1024 * 1024,
-            )
-            self._kafka = consumer
-        return consumer
-
     def teardown(self) -> None:
-        consumer = getattr(self, "_kafka", None)
-        if consumer is not None:
-            consumer.close()
+        for reader in getattr(self, "_readers", {}).values():
+            reader.close()
 
 
 def partitions(url: str, topic: str) -> list[int]:
-    kind, where = parse_url(url)
-    if kind == "local":
-        return [0]
-    from kafka import KafkaConsumer
-
-    consumer = KafkaConsumer(bootstrap_servers=where)
-    try:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            found = consumer.partitions_for_topic(topic)
-            if found:
-                return sorted(found)
-            consumer.topics()  # refresh metadata
-            time.sleep(0.5)
-    finally:
-        consumer.close()
-    raise EventLogError(f"topic {topic!r} not found on {where}: has the proxy published yet?")
+    """The topic's partitions (on Kafka, waits up to 30 s for the topic to appear)."""
+    with open_reader(url) as reader:
+        return reader.partitions(topic, timeout=30.0)
 
 
 class ReadEventLog(beam.PTransform):
@@ -215,7 +165,10 @@ class ReadArchive(beam.PTransform):
             for p in archive_files(self.root, name)
         ]
         if not files:
-            raise EventLogError(f"no rollout events in the archive at {self.root}")
+            raise ConfigError(
+                f"no rollout events in the archive at {self.root}: give the directory the "
+                "pipeline archived events to"
+            )
         return (
             pbegin
             | "ArchiveFiles" >> beam.Create(files)

@@ -30,4 +30,19 @@ class SchemaError(OpenForgeError):
 
 
 class EventLogError(OpenForgeError):
-    """The event log (Kafka or the local log) refused an operation."""
+    """The event log (Kafka or the local log) refused an operation.
+
+    Backend failures are always one of the two subclasses, so a caller can tell an outage from
+    a damaged record. ``EventLogError`` itself means the log was used wrongly (an invalid topic or
+    group name, committing an offset that was not polled); the message says what to pass instead.
+    """
+
+
+class EventLogUnavailable(EventLogError):
+    """The event log cannot be reached or written now: broker down, connection refused, a
+    timeout, a disk error. Retrying later may work (the proxy spools records meanwhile)."""
+
+
+class EventLogCorrupt(EventLogError):
+    """A record cannot be read: crc mismatch, an entry that is not the offset it should be, or an
+    offset outside the log. Retrying does not help; the message names the record and the fix."""

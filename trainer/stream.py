@@ -11,9 +11,8 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 
-from infra.eventlog import EPISODES_TOPIC, EventLogReader, open_reader
+from infra.eventlog import EPISODES_TOPIC, EventLogReader, LogKind, open_reader, parse_url
 from schemas.archive import read_archive
 from schemas.codec import decode_message
 from schemas.episode import Episode
@@ -61,8 +60,9 @@ class EpisodeSource:
         self.url = url
         self._reader: EventLogReader | None = None
         self._archive: Iterator[Episode] | None = None
-        if url.startswith("archive:"):
-            root = Path(url.removeprefix("archive:"))
+        parsed = parse_url(url)
+        if parsed.kind is LogKind.ARCHIVE:
+            root = parsed.path
             if not root.exists():
                 raise ConfigError(f"no archive at {root}")
             self._archive = read_archive(root, Episode)

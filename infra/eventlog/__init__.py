@@ -1,7 +1,9 @@
 """The event log boundary: append frames keyed by rollout id, read them back in order.
 
-Two implementations behind one interface: Apache Kafka (``kafka://HOST:PORT[,HOST:PORT]``) and
-an embedded local log on disk (``local:DIR``) for one machine without a broker.
+Two implementations behind one interface (:mod:`infra.eventlog.base`): Apache Kafka
+(``kafka://HOST:PORT[,HOST:PORT]``) and an embedded local log on disk (``local:DIR``) for one
+machine without a broker. :mod:`infra.eventlog.urls` parses the URLs (``archive:DIR`` too) and
+:mod:`infra.eventlog.factory` opens a writer or reader for one.
 """
 
 from __future__ import annotations
@@ -13,9 +15,10 @@ from infra.eventlog.base import (
     EventLogReader,
     EventLogWriter,
     LogRecord,
-    open_reader,
-    open_writer,
+    PartitionBatch,
 )
+from infra.eventlog.factory import open_reader, open_writer
+from infra.eventlog.urls import LogKind, LogUrl, parse_url
 
 __all__ = [
     "DEAD_LETTER_TOPIC",
@@ -23,7 +26,11 @@ __all__ = [
     "EVENTS_TOPIC",
     "EventLogReader",
     "EventLogWriter",
+    "LogKind",
     "LogRecord",
+    "LogUrl",
+    "PartitionBatch",
     "open_reader",
     "open_writer",
+    "parse_url",
 ]

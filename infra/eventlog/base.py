@@ -1,14 +1,16 @@
-"""The event log interface and URL parsing."""
+"""The event log interface: topic names, records, a writer and a reader.
+
+Nothing here knows an implementation; :mod:`infra.eventlog.factory` opens one from a URL.
+Positions are record offsets everywhere: the n-th record appended to a topic partition has
+offset n (from 0), on Kafka and on the local log alike.
+"""
 
 from __future__ import annotations
 
 import abc
 from dataclasses import dataclass
-from pathlib import Path
 from types import TracebackType
 from typing import Self
-
-from schemas.errors import ConfigError
 
 EVENTS_TOPIC = "openforge.events"  # completion, rollout and reward events, keyed by rollout id
 EPISODES_TOPIC = "openforge.episodes"  # assembled episodes, keyed by rollout id
@@ -23,6 +25,28 @@ class LogRecord:
     key: bytes | None
     value: bytes
     timestamp_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionBatch:
+    """What one :meth:`EventLogReader.read` of a partition returned.
+
+    Attributes:
+        records: in offset order; the first one is at the offset asked for.
+        next_offset: where the next read continues: after the last record, or, if there was
+            none, the offset asked for.
+        end_offset: the partition's end when it was read (the offset the next appended record
+            gets), at least ``next_offset``.
+    """
+
+    records: tuple[LogRecord, ...]
+    next_offset: int
+    end_offset: int
+
+    @property
+    def caught_up(self) -> bool:
+        """True when nothing written before the read is left to read."""
+        return self.next_offset >= self.end_offset
 
 
 class _Closing(abc.ABC):
@@ -44,19 +68,30 @@ class _Closing(abc.ABC):
 
 
 class EventLogWriter(_Closing):
-    """Appends records. ``append`` may buffer; after ``flush`` returns, everything is durable."""
+    """Appends records. ``append`` may buffer; after ``flush`` returns, everything is durable.
+
+    Failures raise :class:`~schemas.errors.EventLogUnavailable` (retry later) or
+    :class:`~schemas.errors.EventLogCorrupt` (the log cannot take this record)."""
 
     @abc.abstractmethod
     def append(self, topic: str, key: bytes | None, value: bytes) -> None:
-        """Queue one record; raise :class:`EventLogError` if the log cannot take it."""
+        """Queue one record; raise an :class:`EventLogError` if the log cannot take it."""
 
     @abc.abstractmethod
     def flush(self, timeout: float = 30.0) -> None:
-        """Block until every appended record is durable, or raise :class:`EventLogError`."""
+        """Block until every appended record is durable, or raise an :class:`EventLogError`."""
 
 
 class EventLogReader(_Closing):
-    """Reads records of some topics as a consumer group member; positions survive restarts."""
+    """Reads records two ways.
+
+    As a consumer group member (a reader opened with a group and topics): :meth:`poll` and
+    :meth:`commit`; the group's positions survive restarts. By partition (any reader, for
+    example a pipeline source that keeps its own positions): :meth:`partitions`,
+    :meth:`end_offset` and :meth:`read`. Both ways raise
+    :class:`~schemas.errors.EventLogUnavailable` on an outage and
+    :class:`~schemas.errors.EventLogCorrupt` for a record that cannot be read.
+    """
 
     @abc.abstractmethod
     def poll(self, max_records: int = 500, timeout: float = 1.0) -> list[LogRecord]:
@@ -68,43 +103,24 @@ class EventLogReader(_Closing):
         partition), the offset of the first record not yet done with (it is read again after a
         restart). Only offsets polled since the last commit may be given."""
 
+    @abc.abstractmethod
+    def partitions(self, topic: str, timeout: float = 30.0) -> list[int]:
+        """The topic's partition numbers, sorted. Waits up to ``timeout`` for a topic that does
+        not exist yet where the log needs it to (Kafka)."""
 
-def parse_url(url: str) -> tuple[str, str]:
-    """``kafka://HOST:PORT`` -> ("kafka", "HOST:PORT"); ``local:DIR`` -> ("local", DIR)."""
-    if url.startswith("kafka://"):
-        servers = url.removeprefix("kafka://").rstrip("/")
-        if servers:
-            return "kafka", servers
-    elif url.startswith("local:"):
-        path = url.removeprefix("local:")
-        if path.startswith("//"):
-            path = path[2:]
-        if path:
-            return "local", path
-    raise ConfigError(
-        f"unknown event log {url!r}: use kafka://HOST:PORT[,HOST:PORT...] or local:DIR"
-    )
+    @abc.abstractmethod
+    def end_offset(self, topic: str, partition: int) -> int:
+        """The offset the next record appended to the partition will get (0 while empty)."""
 
-
-def open_writer(url: str, **options: object) -> EventLogWriter:
-    kind, where = parse_url(url)
-    if kind == "kafka":
-        from infra.eventlog.kafka import KafkaWriter
-
-        return KafkaWriter(where, **options)
-    from infra.eventlog.local import LocalLog
-
-    return LocalLog(Path(where)).writer()
-
-
-def open_reader(
-    url: str, topics: list[str], group: str, from_beginning: bool = True
-) -> EventLogReader:
-    kind, where = parse_url(url)
-    if kind == "kafka":
-        from infra.eventlog.kafka import KafkaReader
-
-        return KafkaReader(where, topics, group, from_beginning=from_beginning)
-    from infra.eventlog.local import LocalLog
-
-    return LocalLog(Path(where)).reader(topics, group, from_beginning=from_beginning)
+    @abc.abstractmethod
+    def read(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        max_records: int = 500,
+        timeout: float = 1.0,
+    ) -> PartitionBatch:
+        """Up to ``max_records`` records of the partition, from the record at ``offset`` on;
+        waits up to ``timeout`` for a first one. Does not move any group's position. An offset
+        past the end (or no longer kept) raises :class:`~schemas.errors.EventLogCorrupt`."""

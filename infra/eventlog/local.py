@@ -1,13 +1,15 @@
-"""The embedded local event log: append-only files on disk with offsets and group positions.
+"""The embedded local log: append-only files on disk with offsets and group positions.
 
 Layout::
 
-    ROOT/<topic>/data.log              entries, appended under an exclusive flock
+    ROOT/<topic>/data.log              entries (see infra.eventlog.local_format), appended under
+                                       an exclusive flock
     ROOT/<topic>/groups/<group>.json   {"offset": N, "position": BYTES} of each consumer group
 
-Entry = header ``>IIQQi`` (payload length, crc32 of payload, offset, timestamp ms, key length or -1)
-followed by key and value. A reader stops at an incomplete tail (a writer mid-append) and refuses a
-corrupt entry with its offset. Several processes may append to and read one log.
+Each topic has one partition, 0. Positions are record offsets, as on Kafka: a group's file keeps
+the byte position next to its offset, and partition reads find an offset's byte position with
+an in-memory sparse index (see infra.eventlog.local_index). Several processes may append to and
+read one log. Disk errors raise EventLogUnavailable, damaged entries EventLogCorrupt.
 """
 
 from __future__ import annotations
@@ -15,67 +17,22 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-import struct
 import time
-import zlib
-from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from infra.eventlog.base import EventLogReader, EventLogWriter, LogRecord
-from schemas.errors import EventLogError
+from infra.eventlog.base import EventLogReader, EventLogWriter, LogRecord, PartitionBatch
+from infra.eventlog.local_format import DATA, disk_errors, pack, read_entries, skip
+from infra.eventlog.local_index import OffsetIndex
+from schemas.errors import ConfigError, EventLogCorrupt, EventLogError
 
-_HEADER = struct.Struct(">IIQQi")
-_DATA = "data.log"
+_WAIT_S = 0.02  # between looks at the file while waiting for records
 
 
 def _topic_dir(root: Path, topic: str) -> Path:
     if not topic or "/" in topic or topic.startswith("."):
-        raise EventLogError(f"invalid topic name {topic!r}")
+        raise EventLogError(f"invalid topic name {topic!r}: use a non-empty name without '/'")
     return root / topic
-
-
-@dataclass(frozen=True, slots=True)
-class Entry:
-    """One complete entry of a local-log file; ``end`` is the byte after it."""
-
-    offset: int
-    start: int
-    end: int
-    key: bytes | None
-    value: bytes
-    timestamp_ms: int
-
-
-def read_entries(
-    f: BinaryIO, start: int, limit: int, expect_offset: int | None = None
-) -> tuple[list[Entry], bool]:
-    """Up to ``limit`` complete entries from byte ``start``; True when the end of the written
-    data (or a writer mid-append) was reached. Checks each entry's crc, and its offset when
-    ``expect_offset`` gives the first one."""
-    f.seek(start)
-    out: list[Entry] = []
-    position = start
-    while len(out) < limit:
-        header = f.read(_HEADER.size)
-        if len(header) < _HEADER.size:
-            return out, True
-        length, crc, offset, ts_ms, key_len = _HEADER.unpack(header)
-        payload = f.read(length)
-        if len(payload) < length:
-            return out, True  # a writer is mid-append; read it next time
-        expected = None if expect_offset is None else expect_offset + len(out)
-        if zlib.crc32(payload) != crc or (expected is not None and offset != expected):
-            where = f"offset {expected if expected is not None else offset} (byte {position})"
-            raise EventLogError(
-                f"local log {getattr(f, 'name', '?')} is corrupt at {where}; move the damaged "
-                "file aside and replay from the archive"
-            )
-        end = position + _HEADER.size + length
-        key = None if key_len < 0 else payload[:key_len]
-        out.append(Entry(offset, position, end, key, payload[max(key_len, 0) :], ts_ms))
-        position = end
-    return out, False
 
 
 class LocalLog:
@@ -83,36 +40,30 @@ class LocalLog:
 
     def __init__(self, root: Path) -> None:
         self.root = Path(root)
-        self.root.mkdir(parents=True, exist_ok=True)
+        with disk_errors(f"create the local log directory {self.root}"):
+            self.root.mkdir(parents=True, exist_ok=True)
 
     def writer(self) -> LocalWriter:
         return LocalWriter(self.root)
 
-    def reader(self, topics: list[str], group: str, from_beginning: bool = True) -> LocalReader:
+    def reader(
+        self, topics: list[str], group: str | None, from_beginning: bool = True
+    ) -> LocalReader:
         return LocalReader(self.root, topics, group, from_beginning)
 
     def end_offset(self, topic: str) -> int:
         """The offset the next appended record of ``topic`` will get."""
-        path = _topic_dir(self.root, topic) / _DATA
+        return _end(self.root, topic)[0]
+
+
+def _end(root: Path, topic: str) -> tuple[int, int]:
+    """(offset, byte position) after the last complete entry of ``topic``."""
+    path = _topic_dir(root, topic) / DATA
+    with disk_errors(f"read local log {path}"):
         if not path.exists():
-            return 0
+            return 0, 0
         with open(path, "rb") as f:
-            return _scan(f, 0, 0)[0]
-
-
-def _scan(f: BinaryIO, offset: int, position: int) -> tuple[int, int]:
-    """From (offset, position), skip every complete entry; returns the (offset, position) after."""
-    f.seek(position)
-    while True:
-        header = f.read(_HEADER.size)
-        if len(header) < _HEADER.size:
-            return offset, position
-        length = _HEADER.unpack(header)[0]
-        f.seek(length, os.SEEK_CUR)
-        if f.tell() > os.fstat(f.fileno()).st_size:
-            return offset, position
-        offset += 1
-        position += _HEADER.size + length
+            return skip(f, 0, 0)
 
 
 class LocalWriter(EventLogWriter):
@@ -126,97 +77,101 @@ class LocalWriter(EventLogWriter):
         if f is None:
             directory = _topic_dir(self.root, topic)
             directory.mkdir(parents=True, exist_ok=True)
-            f = open(directory / _DATA, "a+b")  # noqa: SIM115 - closed in close()
+            f = open(directory / DATA, "a+b")  # noqa: SIM115 - closed in close()
             self._files[topic] = f
             self._ends[topic] = (0, 0)
         return f
 
     def append(self, topic: str, key: bytes | None, value: bytes) -> None:
-        f = self._file(topic)
-        payload = (key or b"") + value
-        try:
+        with disk_errors(f"append to local log {self.root}/{topic}"):
+            f = self._file(topic)
             fcntl.flock(f, fcntl.LOCK_EX)
             try:
                 offset, position = self._ends[topic]
-                size = os.fstat(f.fileno()).st_size
-                if size != position:  # another process appended since: catch up
-                    offset, position = _scan(f, offset, position)
-                header = _HEADER.pack(
-                    len(payload),
-                    zlib.crc32(payload),
-                    offset,
-                    int(time.time() * 1000),
-                    -1 if key is None else len(key),
-                )
+                if os.fstat(f.fileno()).st_size != position:  # another process appended
+                    offset, position = skip(f, offset, position)
+                entry = pack(offset, key, value, int(time.time() * 1000))
                 f.seek(0, os.SEEK_END)
-                f.write(header + payload)
+                f.write(entry)
                 f.flush()
-                self._ends[topic] = (offset + 1, position + len(header) + len(payload))
+                self._ends[topic] = (offset + 1, position + len(entry))
             finally:
                 fcntl.flock(f, fcntl.LOCK_UN)
-        except OSError as exc:
-            raise EventLogError(f"cannot append to local log {self.root}/{topic}: {exc}") from exc
 
     def flush(self, timeout: float = 30.0) -> None:
         for topic, f in self._files.items():
-            try:
+            with disk_errors(f"flush local log {self.root}/{topic}"):
                 f.flush()
                 os.fsync(f.fileno())
-            except OSError as exc:
-                raise EventLogError(f"cannot flush local log {self.root}/{topic}: {exc}") from exc
 
     def close(self) -> None:
         if self._files:
             self.flush()
-        for f in self._files.values():
-            f.close()
+        with disk_errors(f"close local log {self.root}"):
+            for f in self._files.values():
+                f.close()
         self._files.clear()
 
 
 class LocalReader(EventLogReader):
-    def __init__(self, root: Path, topics: list[str], group: str, from_beginning: bool) -> None:
-        if not group or "/" in group:
-            raise EventLogError(f"invalid consumer group name {group!r}")
+    def __init__(
+        self, root: Path, topics: list[str], group: str | None, from_beginning: bool
+    ) -> None:
+        if group is not None and (not group or "/" in group):
+            raise EventLogError(f"invalid consumer group name {group!r}: use a name without '/'")
         self.root = root
         self.group = group
         self.topics = list(topics)
         self._positions: dict[str, tuple[int, int]] = {}
         self._files: dict[str, BinaryIO] = {}
+        self._indexes: dict[str, OffsetIndex] = {}
         for topic in self.topics:
             stored = self._group_file(topic)
-            if stored.exists():
-                data = json.loads(stored.read_text())
-                self._positions[topic] = (int(data["offset"]), int(data["position"]))
+            with disk_errors(f"read the position of group {group!r} in {stored}"):
+                text = stored.read_text() if stored.exists() else None
+            if text is not None:
+                try:
+                    data = json.loads(text)
+                    self._positions[topic] = (int(data["offset"]), int(data["position"]))
+                except (ValueError, KeyError, TypeError) as exc:
+                    raise EventLogCorrupt(
+                        f"the position file {stored} is damaged ({exc}); delete it to start "
+                        "the group again from the beginning"
+                    ) from exc
             elif from_beginning:
                 self._positions[topic] = (0, 0)
             else:
-                self._positions[topic] = LocalLog(root).end_offset(topic), self._size(topic)
+                self._positions[topic] = _end(root, topic)
         self._committed = dict(self._positions)
         self._starts: dict[str, dict[int, int]] = {}  # offsets polled since the last commit
 
     def _group_file(self, topic: str) -> Path:
         return _topic_dir(self.root, topic) / "groups" / f"{self.group}.json"
 
-    def _size(self, topic: str) -> int:
-        path = _topic_dir(self.root, topic) / _DATA
-        return path.stat().st_size if path.exists() else 0
-
     def _file(self, topic: str) -> BinaryIO | None:
         f = self._files.get(topic)
         if f is None:
-            path = _topic_dir(self.root, topic) / _DATA
-            if not path.exists():
-                return None
-            f = open(path, "rb")  # noqa: SIM115 - closed in close()
+            path = _topic_dir(self.root, topic) / DATA
+            with disk_errors(f"open local log {path}"):
+                if not path.exists():
+                    return None
+                f = open(path, "rb")  # noqa: SIM115 - closed in close()
             self._files[topic] = f
         return f
+
+    # --- consumer group -----------------------------------------------------------------------
+
+    def _need_group(self) -> None:
+        if self.group is None:
+            raise ConfigError("this reader has no consumer group: open it with group=NAME to poll")
 
     def _read_topic(self, topic: str, limit: int) -> list[LogRecord]:
         f = self._file(topic)
         if f is None:
             return []
         offset, position = self._positions[topic]
-        entries, _ = read_entries(f, position, limit, expect_offset=offset)
+        with disk_errors(f"read local log {self.root}/{topic}"):
+            entries, _ = read_entries(f, position, limit, expect_offset=offset)
         starts = self._starts.setdefault(topic, {})
         for entry in entries:
             starts[entry.offset] = entry.start
@@ -225,6 +180,7 @@ class LocalReader(EventLogReader):
         return [LogRecord(topic, 0, e.offset, e.key, e.value, e.timestamp_ms) for e in entries]
 
     def poll(self, max_records: int = 500, timeout: float = 1.0) -> list[LogRecord]:
+        self._need_group()
         deadline = time.monotonic() + timeout
         while True:
             out: list[LogRecord] = []
@@ -234,9 +190,10 @@ class LocalReader(EventLogReader):
                     break
             if out or time.monotonic() >= deadline:
                 return out
-            time.sleep(0.02)
+            time.sleep(_WAIT_S)
 
     def commit(self, positions: dict[tuple[str, int], int] | None = None) -> None:
+        self._need_group()
         targets = dict(self._positions)
         for (topic, _partition), offset in (positions or {}).items():
             start = self._starts.get(topic, {}).get(offset)
@@ -254,13 +211,74 @@ class LocalReader(EventLogReader):
             if self._committed.get(topic) == (offset, position):
                 continue
             path = self._group_file(topic)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(f".tmp{os.getpid()}")
-            tmp.write_text(json.dumps({"offset": offset, "position": position}))
-            os.replace(tmp, path)
+            with disk_errors(f"store the position of group {self.group!r} in {path}"):
+                path.parent.mkdir(parents=True, exist_ok=True)
+                tmp = path.with_suffix(f".tmp{os.getpid()}")
+                tmp.write_text(json.dumps({"offset": offset, "position": position}))
+                os.replace(tmp, path)
             self._committed[topic] = (offset, position)
 
+    # --- partitions ---------------------------------------------------------------------------
+
+    def partitions(self, topic: str, timeout: float = 30.0) -> list[int]:
+        _topic_dir(self.root, topic)
+        return [0]
+
+    def _index(self, topic: str, partition: int) -> tuple[BinaryIO | None, OffsetIndex]:
+        if partition != 0:
+            raise EventLogError(
+                f"the local log has one partition per topic, 0, not {partition}: "
+                "list them with partitions()"
+            )
+        f = self._file(topic)
+        return f, self._indexes.setdefault(topic, OffsetIndex())
+
+    def end_offset(self, topic: str, partition: int) -> int:
+        f, index = self._index(topic, partition)
+        if f is None:
+            return 0
+        with disk_errors(f"read local log {self.root}/{topic}"):
+            return index.extend(f)[0]
+
+    def read(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        max_records: int = 500,
+        timeout: float = 1.0,
+    ) -> PartitionBatch:
+        deadline = time.monotonic() + timeout
+        while True:
+            f, index = self._index(topic, partition)
+            if f is None:
+                if offset != 0:
+                    raise EventLogCorrupt(
+                        f"offset {offset} is outside {self.root}/{topic}, which is empty: "
+                        "read from offset 0"
+                    )
+                end = 0
+            else:
+                with disk_errors(f"read local log {self.root}/{topic}"):
+                    start = index.locate(f, offset)
+                    entries, at_end = read_entries(f, start, max_records, expect_offset=offset)
+                    after = (
+                        (entries[-1].offset + 1, entries[-1].end) if entries else (offset, start)
+                    )
+                    index.read(entries, *after)
+                    end = after[0] if at_end else index.extend(f)[0]
+                if entries:
+                    records = tuple(
+                        LogRecord(topic, 0, e.offset, e.key, e.value, e.timestamp_ms)
+                        for e in entries
+                    )
+                    return PartitionBatch(records, after[0], end)
+            if time.monotonic() >= deadline:
+                return PartitionBatch((), offset, max(end, offset))
+            time.sleep(_WAIT_S)
+
     def close(self) -> None:
-        for f in self._files.values():
-            f.close()
+        with disk_errors(f"close local log {self.root}"):
+            for f in self._files.values():
+                f.close()
         self._files.clear()

@@ -1,0 +1,63 @@
+"""Open an event log writer or reader from its URL (see :mod:`infra.eventlog.urls`).
+
+The implementations are imported on first use, so a process on the local log never imports
+the Kafka client.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from infra.eventlog.base import EventLogReader, EventLogWriter
+from infra.eventlog.urls import LogKind, LogUrl, parse_url
+from schemas.errors import ConfigError
+
+
+def _log_url(url: str) -> LogUrl:
+    parsed = parse_url(url)
+    if parsed.kind is LogKind.ARCHIVE:
+        raise ConfigError(
+            f"{url!r} is a Parquet archive, not an event log: use kafka://HOST:PORT or local:DIR "
+            "(archives are read with schemas.archive.read_archive)"
+        )
+    return parsed
+
+
+def open_writer(url: str, **options: object) -> EventLogWriter:
+    """A writer; ``options`` go to the Kafka producer (the local log takes none)."""
+    parsed = _log_url(url)
+    if parsed.kind is LogKind.KAFKA:
+        from infra.eventlog.kafka import KafkaWriter
+
+        return KafkaWriter(parsed.where, **options)
+    from infra.eventlog.local import LocalLog
+
+    return LocalLog(parsed.path).writer()
+
+
+def open_reader(
+    url: str,
+    topics: Sequence[str] = (),
+    group: str | None = None,
+    from_beginning: bool = True,
+    **options: object,
+) -> EventLogReader:
+    """A reader. With ``group``, a member of that consumer group on ``topics`` (``poll`` and
+    ``commit``; a new group starts at the beginning, or at the end if not ``from_beginning``).
+    Without, a reader of partitions only (``partitions``, ``end_offset``, ``read``).
+    ``options`` go to the Kafka consumers (the local log takes none)."""
+    if topics and group is None:
+        raise ConfigError(
+            f"reading topics {list(topics)} needs a consumer group: pass group=NAME "
+            "(or no topics, to read partitions by offset)"
+        )
+    parsed = _log_url(url)
+    if parsed.kind is LogKind.KAFKA:
+        from infra.eventlog.kafka import KafkaReader
+
+        return KafkaReader(
+            parsed.where, list(topics), group, from_beginning=from_beginning, **options
+        )
+    from infra.eventlog.local import LocalLog
+
+    return LocalLog(parsed.path).reader(list(topics), group, from_beginning=from_beginning)

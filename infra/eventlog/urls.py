@@ -1,0 +1,82 @@
+"""Where records live, as a URL: an event log or a Parquet archive.
+
+========================================  ==============================================
+``kafka://HOST:PORT[,HOST:PORT...]``      an Apache Kafka cluster (its bootstrap servers)
+``local:DIR`` (or ``local://DIR``)        the embedded local log rooted at DIR
+``archive:DIR`` (or ``archive://DIR``)    a Parquet archive (read back with ``schemas.archive``)
+========================================  ==============================================
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+
+from schemas.errors import ConfigError
+
+_USAGE = "use kafka://HOST:PORT[,HOST:PORT...], local:DIR or archive:DIR"
+
+
+class LogKind(StrEnum):
+    KAFKA = "kafka"
+    LOCAL = "local"
+    ARCHIVE = "archive"
+
+
+@dataclass(frozen=True, slots=True)
+class LogUrl:
+    """A parsed URL. ``where``: the bootstrap servers (``HOST:PORT,HOST:PORT``) or a directory."""
+
+    kind: LogKind
+    where: str
+
+    @property
+    def servers(self) -> list[str]:
+        """Kafka's bootstrap servers, in the order given."""
+        return self.where.split(",") if self.kind is LogKind.KAFKA else []
+
+    @property
+    def path(self) -> Path:
+        """The directory of a local log or an archive."""
+        if self.kind is LogKind.KAFKA:
+            raise ConfigError(f"{self} is a Kafka cluster, not a directory")
+        return Path(self.where)
+
+    def __str__(self) -> str:
+        if self.kind is LogKind.KAFKA:
+            return f"kafka://{self.where}"
+        # A directory that itself starts with // needs the explicit form to survive parsing.
+        return (
+            f"{self.kind}://{self.where}"
+            if self.where.startswith("//")
+            else f"{self.kind}:{self.where}"
+        )
+
+
+def _server(text: str, url: str) -> str:
+    host, colon, port = text.strip().rpartition(":")
+    if not colon:
+        host, port = port, ""
+    if not host or any(c.isspace() or c in "/?#@" for c in host):
+        raise ConfigError(f"bad Kafka server {text!r} in {url!r}: {_USAGE}")
+    if colon and not (port.isdecimal() and port.isascii() and 0 < int(port) < 65536):
+        raise ConfigError(f"bad port in Kafka server {text!r} of {url!r}: use 1..65535")
+    return f"{host}:{port}" if colon else host
+
+
+def parse_url(url: str) -> LogUrl:
+    """``kafka://a:9092,b:9092`` -> (KAFKA, "a:9092,b:9092"); ``local:DIR`` -> (LOCAL, DIR);
+    ``archive:DIR`` -> (ARCHIVE, DIR). Raises :class:`ConfigError` for anything else."""
+    if url.startswith("kafka://"):
+        servers = url.removeprefix("kafka://").rstrip("/")
+        if servers:
+            return LogUrl(LogKind.KAFKA, ",".join(_server(s, url) for s in servers.split(",")))
+    for kind in (LogKind.LOCAL, LogKind.ARCHIVE):
+        if url.startswith(f"{kind}:"):
+            path = url.removeprefix(f"{kind}:")
+            if path.startswith("//"):
+                path = path[2:]
+            if path and "\0" not in path:
+                return LogUrl(kind, path)
+    raise ConfigError(f"unknown event log {url!r}: {_USAGE}")
