@@ -20,7 +20,7 @@ from pathlib import Path
 from infra.eventlog import EVENTS_TOPIC, EventLogWriter
 from infra.eventlog.local import LocalLog
 from schemas.codec import Record, encode_message
-from schemas.errors import EventLogError, EventLogUnavailable
+from schemas.errors import EventLogError
 
 log = logging.getLogger("openforge.proxy.publisher")
 _STOP = object()
@@ -128,12 +128,15 @@ class Publisher:
         if self._writer is None and time.monotonic() >= self._next_retry:
             try:
                 self._writer = self._factory()
-            except EventLogUnavailable as exc:
+            except EventLogError as exc:
                 log.warning("event log unavailable, spooling: %s", exc)
                 self._next_retry = time.monotonic() + self._retry_interval
         return self._writer
 
-    def _fail(self, exc: EventLogUnavailable) -> None:
+    def _fail(self, exc: EventLogError) -> None:
+        # Any event-log error (an outage, or a frame the log refuses as corrupt or too large)
+        # spools and retries, as before the split into EventLogUnavailable / EventLogCorrupt;
+        # dead-lettering refused frames is the reliability issue's work.
         log.warning("event log failed, spooling: %s", exc)
         self.stats.failures += 1
         if self._writer is not None:
@@ -155,7 +158,7 @@ class Publisher:
                 writer.flush()
                 reader.commit()
                 self.stats.replayed_frames += len(records)
-        except EventLogUnavailable as exc:
+        except EventLogError as exc:
             self._fail(exc)
             return False
         finally:
@@ -183,7 +186,7 @@ class Publisher:
                 self.stats.published += n
                 self._on_publish(n, 0)
                 return
-            except EventLogUnavailable as exc:
+            except EventLogError as exc:
                 self._fail(exc)
         self._to_spool(frames)
         self._spooled_pending = True
