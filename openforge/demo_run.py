@@ -110,7 +110,7 @@ def run_demo(
     from trainer.algorithms import AlgorithmConfig
     from trainer.backends.cpu import CPUBackend
     from trainer.loop import TrainerConfig, train
-    from trainer.stream import StreamConfig
+    from trainer.stream import StalePolicy, StreamConfig
     from trainer.weight_sync import WeightSync
 
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -186,7 +186,7 @@ def run_demo(
                         group_size=cfg.group_size,
                         token_budget=10_000_000,
                         max_staleness=2,
-                        stale="drop",
+                        stale=StalePolicy.DROP,
                     ),
                     steps=cfg.steps,
                     idle_timeout=300,

@@ -10,11 +10,24 @@ hierarchy, because every package may depend on ``schemas``.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from enum import StrEnum
 from typing import Generic, TypeVar
 
 from schemas.errors import ConfigError
 
 V = TypeVar("V")
+E = TypeVar("E", bound=StrEnum)
+
+
+def choose(modes: type[E], value: str, kind: str) -> E:
+    """``value`` as a member of the mode enum ``modes``, or a ConfigError naming the choices
+    (``kind`` is the word for it in the message, e.g. ``"stale policy"``)."""
+    try:
+        return modes(value)
+    except ValueError:
+        raise ConfigError(
+            f"unknown {kind} {value!r}: choose one of {', '.join(m.value for m in modes)}"
+        ) from None
 
 
 class Registry(Generic[V]):

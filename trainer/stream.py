@@ -11,15 +11,24 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from enum import StrEnum
 
 from infra.eventlog import EPISODES_TOPIC, EventLogReader, LogKind, open_reader, parse_url
 from schemas.archive import read_archive
 from schemas.codec import decode_message
 from schemas.episode import Episode
 from schemas.errors import ConfigError
+from schemas.registry import choose
 from trainer.batch import group_key
 
 Position = tuple[tuple[str, int], int]  # ((topic, partition), offset)
+
+
+class StalePolicy(StrEnum):
+    """What happens to an episode whose policy-version lag exceeds ``max_staleness``."""
+
+    DROP = "drop"  # counted, not trained on
+    KEEP = "keep"  # counted, trained on (importance sampling corrects it)
 
 
 @dataclass(frozen=True)
@@ -34,7 +43,10 @@ class StreamConfig:
     group_size: int = 4
     token_budget: int = 16_384
     max_staleness: int = 4
-    stale: str = "drop"
+    stale: StalePolicy = StalePolicy.DROP
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "stale", choose(StalePolicy, self.stale, "stale policy"))
 
 
 @dataclass
@@ -100,8 +112,6 @@ class EpisodeStream:
     """Admits, deduplicates and groups episodes; yields batches (lists of whole groups)."""
 
     def __init__(self, source: EpisodeSource, config: StreamConfig, seen: set[str] | None = None):
-        if config.stale not in ("drop", "keep"):
-            raise ConfigError(f"stale must be 'drop' or 'keep', not {config.stale!r}")
         self.source, self.config = source, config
         self.seen: set[str] = set(seen or ())
         self.stats = StreamStats()
@@ -123,7 +133,7 @@ class EpisodeStream:
             self.stats.empty += 1
             return False
         if policy_lag(episode, current_version) > self.config.max_staleness:
-            if self.config.stale == "drop":
+            if self.config.stale is StalePolicy.DROP:
                 self.stats.stale_dropped += 1
                 return False
             self.stats.stale_kept += 1

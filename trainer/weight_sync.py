@@ -23,7 +23,8 @@ from typing import Any
 import httpx
 
 from infra.proxy_client import ProxyAdmin
-from schemas.errors import ConfigError, ServiceError
+from schemas.errors import ServiceError
+from schemas.registry import choose
 
 
 class SyncMode(StrEnum):
@@ -44,13 +45,7 @@ class WeightSync:
     _proxy: ProxyAdmin | None = field(init=False, repr=False, default=None)
 
     def __post_init__(self) -> None:
-        try:
-            self.mode = SyncMode(self.mode)
-        except ValueError:
-            raise ConfigError(
-                f"unknown weight-sync mode {self.mode!r}: choose one of "
-                f"{', '.join(m.value for m in SyncMode)}"
-            ) from None
+        self.mode = choose(SyncMode, self.mode, "weight-sync mode")
         if self.proxy_url is not None:
             self._proxy = ProxyAdmin(self.proxy_url, self.admin_token, timeout=self.timeout)
 

@@ -56,9 +56,10 @@ def run(
     lora_name: Annotated[str, typer.Option(help="Adapter name served by vLLM.")] = "policy",
 ) -> None:
     """Consume episodes, update the policy, hand weights to vLLM, checkpoint; resumable."""
+    from schemas.registry import choose
     from trainer.algorithms import AlgorithmConfig
     from trainer.loop import TrainerConfig, train
-    from trainer.stream import StreamConfig
+    from trainer.stream import StalePolicy, StreamConfig
     from trainer.weight_sync import SyncMode, WeightSync
 
     # Full-weight training is served by reloading every weight; a LoRA adapter is hot-loaded.
@@ -79,7 +80,9 @@ def run(
                 rollout_is_threshold=is_threshold,
                 rollout_rs=rollout_rs,
             ),
-            stream=StreamConfig(group_size, token_budget, max_staleness, stale),
+            stream=StreamConfig(
+                group_size, token_budget, max_staleness, choose(StalePolicy, stale, "stale policy")
+            ),
             steps=steps,
             idle_timeout=idle_timeout,
             sync=sync,
