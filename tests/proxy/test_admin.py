@@ -8,8 +8,8 @@ from pathlib import Path
 import httpx
 
 from infra.local.vllm import VLLMServer
-from schemas.enums import Dialect
 from openforge.testing.proxy import completions_of, proxy_config, read_events, running_proxy
+from schemas.enums import Dialect
 
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
 
