@@ -33,9 +33,9 @@ import aiohttp
 import httpx
 import uvloop
 
-from infra.paths import default_tiny_dir
 from infra.eventlog import EVENTS_TOPIC, open_reader
 from infra.local.process import ServiceProcess, free_port
+from infra.paths import default_tiny_dir
 from infra.tiny_model import build_tiny_model
 from schemas.codec import decode_message
 from schemas.completion import CompletionEvent
