@@ -1,4 +1,4 @@
-"""The proxy's one internal form of a turn, between the three dialects and the engine.
+"""The proxy's one internal form of a call, between the three dialects and the engine.
 
 Messages and tools use OpenAI Chat Completions' shapes (the chat template's native input):
 ``{"role", "content": str, "tool_calls": [{"id", "type": "function", "function": {"name",
@@ -32,8 +32,8 @@ class ToolCall:
 
 
 @dataclass(slots=True)
-class TurnRequest:
-    """One harness request, translated out of its dialect."""
+class CallRequest:
+    """One call from a harness, translated out of its dialect."""
 
     dialect: Dialect
     model: str
@@ -47,7 +47,7 @@ class TurnRequest:
 
 @dataclass(slots=True)
 class Generation:
-    """What the engine produced for one turn, plus its parse into content and tool calls."""
+    """What the engine generated in one call, plus its parse into content and tool calls."""
 
     token_ids: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
@@ -56,7 +56,7 @@ class Generation:
     content: str = ""
     tool_calls: list[ToolCall] = field(default_factory=list)
     prompt_tokens: int = 0
-    weight_version: int | None = None  # the engine's own policy version, where it reports one
+    policy_version: int | None = None  # the engine's own policy version, where it reports one
 
     def assistant_message(self) -> Message:
         """The assistant message as the harness will resend it (canonical form)."""

@@ -1,9 +1,39 @@
-"""The proxy's settings."""
+"""The proxy's settings, checked when they are built."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
+from typing import TypeVar
+
+from schemas.errors import ConfigError
+
+
+class UpstreamKind(StrEnum):
+    """Which model-server endpoint the proxy calls (see :mod:`proxy.upstream`)."""
+
+    COMPLETIONS = "completions"  # OpenAI-compatible /v1/completions with token ids, streaming
+    GENERATE = "generate"  # vLLM's token-in/token-out /inference/v1/generate, not streaming
+
+
+class PauseMode(StrEnum):
+    """What new calls do while the policy's weights are being swapped."""
+
+    WAIT = "wait"  # wait until resumed
+    REJECT = "reject"  # 429 with Retry-After
+
+
+E = TypeVar("E", bound=StrEnum)
+
+
+def choice(kind: type[E], value: object, setting: str) -> E:
+    """``value`` as a member of ``kind``, or a ConfigError naming ``setting`` and the choices."""
+    try:
+        return kind(str(value))
+    except ValueError:
+        names = ", ".join(m.value for m in kind)
+        raise ConfigError(f"unknown {setting} {value!r}: choose one of {names}") from None
 
 
 @dataclass
@@ -14,7 +44,8 @@ class ProxyConfig:
         upstream_url: base URL of the model server (vLLM), without ``/v1``.
         upstream_model: model name to request upstream; default: the server's first model.
         upstream_kind: ``completions`` (OpenAI-compatible, streaming) or ``generate`` (vLLM's
-            token-in/token-out endpoint, engine weight versions, not streaming).
+            token-in/token-out endpoint, engine policy versions, not streaming); a string is
+            converted, a typo raises ConfigError.
         tokenizer: directory with the tokenizer and chat template; default: the upstream model's
             ``root`` path from ``/v1/models`` when that is a local directory.
         log_url: the event log, ``kafka://HOST:PORT`` or ``local:DIR``.
@@ -32,12 +63,16 @@ class ProxyConfig:
             bounds episode length when harnesses ask for tens of thousands of tokens.
         max_model_len: context length; default: the upstream's ``max_model_len``.
         policy_version: the initial policy version stamped on generated tokens.
-        pause_mode: while weights swap, new requests ``wait`` or get 429 (``reject``).
+        pause_mode: while weights swap, new calls ``wait`` or get 429 (``reject``); a string is
+            converted, a typo raises ConfigError.
+        pause_retry_after: the ``Retry-After`` seconds of that 429.
+        finished_rollouts: how many finished rollouts are remembered (oldest forgotten first),
+            so a late reward is still attributed and a late call gets a clear 410.
     """
 
     upstream_url: str
     upstream_model: str | None = None
-    upstream_kind: str = "completions"
+    upstream_kind: UpstreamKind = UpstreamKind.COMPLETIONS
     tokenizer: Path | None = None
     log_url: str = "local:events"
     spool_dir: Path = Path("spool")
@@ -61,5 +96,12 @@ class ProxyConfig:
     max_tokens_cap: int | None = None
     max_model_len: int | None = None
     policy_version: int = 0
-    pause_mode: str = "wait"
+    pause_mode: PauseMode = PauseMode.WAIT
     pause_retry_after: int = 1
+    finished_rollouts: int = 10_000
+
+    def __post_init__(self) -> None:
+        self.upstream_kind = choice(UpstreamKind, self.upstream_kind, "upstream_kind")
+        self.pause_mode = choice(PauseMode, self.pause_mode, "pause_mode")
+        if self.finished_rollouts < 0:
+            raise ConfigError(f"finished_rollouts must be 0 or more, not {self.finished_rollouts}")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from proxy.canonical import Generation, Message, TurnRequest
+from proxy.canonical import CallRequest, Generation, Message
 from proxy.render import Renderer, canonical_json
 from schemas.delta import common_prefix
 from schemas.enums import CompletionStatus, ContinuityClass
@@ -125,7 +125,7 @@ class ContinuityTracker:
                     return thread
         return best
 
-    def plan(self, req: TurnRequest, renderer: Renderer) -> Plan:
+    def plan(self, req: CallRequest, renderer: Renderer) -> Plan:
         msgs, tools_key = req.messages, canonical_json(req.tools)
         if self.main_model is None and req.tools:
             self.main_model = req.model
@@ -193,7 +193,7 @@ class ContinuityTracker:
         return Plan(thread, classify(msgs, expected), rendered(), tools_key=tools_key)
 
     def commit(
-        self, plan: Plan, event_id: str, req: TurnRequest, gen: Generation, status: CompletionStatus
+        self, plan: Plan, event_id: str, req: CallRequest, gen: Generation, status: CompletionStatus
     ) -> None:
         """Remember the call as its thread's latest."""
         generated = bool(gen.token_ids) and status is CompletionStatus.OK

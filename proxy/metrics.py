@@ -1,4 +1,8 @@
-"""Prometheus metrics of one proxy instance (its own registry, served at ``/metrics``)."""
+"""Prometheus metrics of one proxy instance (its own registry, served at ``/metrics``).
+
+The metric names are an interface (dashboards read them) and stay as they are; a "request" in
+them is a call.
+"""
 
 from __future__ import annotations
 
@@ -6,24 +10,27 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 
 class ProxyMetrics:
+    """The counters, histograms and gauges; :class:`proxy.lifecycle.CallLifecycle` updates the
+    per-call ones once per call."""
+
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
-        self.requests = Counter(
+        self.calls = Counter(
             "openforge_proxy_requests",
-            "Completion requests by dialect and HTTP status.",
+            "Calls by dialect and the HTTP status answered.",
             ["dialect", "status"],
             registry=self.registry,
         )
         self.latency = Histogram(
             "openforge_proxy_request_seconds",
-            "Time from request to last byte, by dialect.",
+            "Time from a call's arrival to its last byte, by dialect.",
             ["dialect", "streamed"],
             registry=self.registry,
             buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120),
         )
         self.first_token = Histogram(
             "openforge_proxy_first_token_seconds",
-            "Time from request to first generated token.",
+            "Time from a call's arrival to its first generated token.",
             ["dialect"],
             registry=self.registry,
             buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
@@ -58,7 +65,7 @@ class ProxyMetrics:
         )
         self.in_flight = Gauge(
             "openforge_proxy_in_flight",
-            "Completion requests in flight.",
+            "Calls in flight.",
             registry=self.registry,
         )
         self.policy_version = Gauge(

@@ -1,4 +1,4 @@
-"""Turn one finished call into a CompletionEvent (delta form) for the event log."""
+"""Turn one ended call into its completion event (delta form) for the event log."""
 
 from __future__ import annotations
 
@@ -7,11 +7,10 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from proxy.canonical import Generation, TurnRequest
+from proxy.canonical import CallRequest, Generation
 from proxy.continuity import Plan
 from proxy.rollouts import Rollout
 from schemas.completion import CompletionEvent, PolicySpan, Timings, Usage
-from schemas.delta import DeltaEncoder
 from schemas.enums import CompletionStatus
 
 
@@ -26,7 +25,7 @@ class CallContext:
     event_id: str
     rollout: Rollout
     call_index: int
-    req: TurnRequest
+    req: CallRequest
     plan: Plan
     body: dict[str, Any]
     received_us: int
@@ -38,19 +37,19 @@ class CallContext:
     response_body: dict[str, Any] | None = None
 
 
-def build_event(
-    ctx: CallContext, gen: Generation, encoder: DeltaEncoder, record_bodies: bool
-) -> CompletionEvent:
+def completion_event(ctx: CallContext, gen: Generation, record_bodies: bool) -> CompletionEvent:
+    """The call's completion event. Advances the rollout's delta state (its thread's latest
+    call becomes this one), so build exactly one event per call, in the rollout's call order
+    per thread."""
     prompt = ctx.plan.prompt_ids
-    pdelta, hdelta = encoder.encode(
-        ctx.plan.thread.thread_id,
+    pdelta, hdelta = ctx.rollout.delta(
+        ctx.plan,
         ctx.event_id,
         ctx.req.dialect,
-        prompt,
         gen.token_ids,
         ctx.body if record_bodies else None,
     )
-    version = gen.weight_version if gen.weight_version is not None else ctx.policy_version
+    version = gen.policy_version if gen.policy_version is not None else ctx.policy_version
     n = len(gen.token_ids)
     return CompletionEvent(
         event_id=ctx.event_id,

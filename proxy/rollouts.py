@@ -1,6 +1,12 @@
-"""Rollouts the proxy knows: attribution by path, per-rollout API key, or session identity.
+"""Rollouts the proxy knows: live ones, and a bounded memory of recently finished ones.
 
-A key minted for one rollout only ever records into that rollout.
+A rollout is attributed by its path id, its minted API key, or (open mode) a session identity; a
+key minted for one rollout only ever records into that rollout. Each live rollout owns its call
+counter, its continuity tracker and its delta encoder, so nothing about it lives proxy-wide.
+
+Finishing a rollout drops it (and its key) from the live maps; what a late caller needs (its key,
+task id, phase) stays in a least-recently-finished memory of ``finished_capacity`` entries, so a
+proxy that runs for weeks holds memory for its live rollouts plus that bound.
 """
 
 from __future__ import annotations
@@ -8,15 +14,24 @@ from __future__ import annotations
 import asyncio
 import secrets
 import time
+from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
-from proxy.continuity import ContinuityTracker
+from proxy.canonical import CallRequest, Generation
+from proxy.continuity import ContinuityTracker, Plan
+from proxy.render import Renderer
+from schemas.delta import DeltaEncoder, HistoryDelta, PromptDelta
+from schemas.enums import CompletionStatus, Dialect, RolloutPhase
 
 KEY_PREFIX = "ofk_"
 
 
 @dataclass
 class Rollout:
+    """A live rollout. Its calls are numbered and planned one at a time (:meth:`begin_call`)."""
+
     rollout_id: str
     created_us: int
     task_id: str | None = None
@@ -25,38 +40,113 @@ class Rollout:
     harness_version: str | None = None
     metadata: dict[str, str] = field(default_factory=dict)
     api_key: str | None = None
-    next_call: int = 0
-    finished: bool = False
-    tracker: ContinuityTracker = field(init=False)
-    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    _next_call: int = field(default=0, init=False, repr=False)
+    _tracker: ContinuityTracker = field(init=False, repr=False)
+    _encoder: DeltaEncoder = field(default_factory=DeltaEncoder, init=False, repr=False)
+    _lock: asyncio.Lock = field(default_factory=asyncio.Lock, init=False, repr=False)
 
     def __post_init__(self) -> None:
-        self.tracker = ContinuityTracker(self.rollout_id)
+        self._tracker = ContinuityTracker(self.rollout_id)
 
-    def take_call_index(self) -> int:
-        index = self.next_call
-        self.next_call += 1
-        return index
+    async def begin_call(self, req: CallRequest, renderer: Renderer) -> tuple[int, Plan]:
+        """The next call index and the call's continuity plan (its thread and prompt ids).
+
+        Calls of one rollout take their index and plan in arrival order, one at a time.
+        """
+        async with self._lock:
+            index = self._next_call
+            self._next_call += 1
+            return index, self._tracker.plan(req, renderer)
+
+    def delta(
+        self,
+        plan: Plan,
+        event_id: str,
+        dialect: Dialect,
+        completion: Sequence[int],
+        body: dict[str, Any] | None,
+    ) -> tuple[PromptDelta, HistoryDelta | None]:
+        """The call's prompt (and request body, if recorded) in delta form against its thread's
+        previous call; remembers this call as that thread's latest for the next one."""
+        return self._encoder.encode(
+            plan.thread.thread_id, event_id, dialect, plan.prompt_ids, completion, body
+        )
+
+    def commit(
+        self, plan: Plan, event_id: str, req: CallRequest, gen: Generation, status: CompletionStatus
+    ) -> None:
+        """Remember the ended call as its thread's latest, for the continuity of the next."""
+        self._tracker.commit(plan, event_id, req, gen, status)
+
+
+@dataclass(frozen=True, slots=True)
+class FinishedRollout:
+    """What is kept of a finished rollout: enough to attribute a late reward."""
+
+    rollout_id: str
+    phase: RolloutPhase
+    task_id: str | None
+    api_key: str | None
 
 
 class RolloutRegistry:
-    def __init__(self) -> None:
+    """Live rollouts by id and by key, and the last ``finished_capacity`` finished ones."""
+
+    def __init__(self, finished_capacity: int = 10_000) -> None:
+        self.finished_capacity = finished_capacity
         self._by_id: dict[str, Rollout] = {}
         self._by_key: dict[str, Rollout] = {}
+        self._finished: OrderedDict[str, FinishedRollout] = OrderedDict()
+        self._finished_keys: dict[str, str] = {}  # key -> finished rollout id
 
     def __len__(self) -> int:
+        """The number of live rollouts."""
         return len(self._by_id)
 
+    @property
+    def finished_count(self) -> int:
+        """The number of finished rollouts remembered (at most ``finished_capacity``)."""
+        return len(self._finished)
+
     def get(self, rollout_id: str) -> Rollout | None:
+        """The live rollout ``rollout_id`` (None once it has finished)."""
         return self._by_id.get(rollout_id)
 
     def by_key(self, key: str) -> Rollout | None:
+        """The live rollout this key was minted for."""
         return self._by_key.get(key)
 
-    def create(self, rollout_id: str, *, mint_key: bool, **fields: object) -> Rollout:
-        rollout = Rollout(rollout_id=rollout_id, created_us=time.time_ns() // 1000, **fields)  # type: ignore[arg-type]
+    def finished(self, rollout_id: str) -> FinishedRollout | None:
+        """The finished rollout ``rollout_id``, while it is remembered."""
+        return self._finished.get(rollout_id)
+
+    def finished_by_key(self, key: str) -> FinishedRollout | None:
+        """The remembered finished rollout this key was minted for."""
+        rollout_id = self._finished_keys.get(key)
+        return self._finished.get(rollout_id) if rollout_id is not None else None
+
+    def create(self, rollout_id: str, *, mint_key: bool, **fields: Any) -> Rollout:
+        """Register a live rollout (the caller checks the id is new), minting a key if asked."""
+        rollout = Rollout(rollout_id=rollout_id, created_us=time.time_ns() // 1000, **fields)
         if mint_key:
             rollout.api_key = KEY_PREFIX + secrets.token_urlsafe(24)
             self._by_key[rollout.api_key] = rollout
         self._by_id[rollout_id] = rollout
         return rollout
+
+    def finish(self, rollout: Rollout, phase: RolloutPhase) -> FinishedRollout:
+        """Drop a live rollout and its key; remember it as finished, forgetting the oldest
+        finished rollout beyond ``finished_capacity``. Calls still in flight keep their
+        reference and record normally."""
+        self._by_id.pop(rollout.rollout_id, None)
+        if rollout.api_key is not None:
+            self._by_key.pop(rollout.api_key, None)
+        done = FinishedRollout(rollout.rollout_id, phase, rollout.task_id, rollout.api_key)
+        self._finished[rollout.rollout_id] = done
+        if done.api_key is not None:
+            self._finished_keys[done.api_key] = done.rollout_id
+        while len(self._finished) > self.finished_capacity:
+            _, old = self._finished.popitem(last=False)
+            if old.api_key is not None:
+                self._finished_keys.pop(old.api_key, None)
+        return done

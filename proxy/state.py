@@ -1,4 +1,5 @@
-"""The proxy's shared state: settings, rollouts, renderer, upstream, publisher, metrics."""
+"""The proxy's shared state: settings, rollouts, renderer, upstream, publisher, metrics, and the
+gate (pause during a weight swap, concurrency slots) every call passes."""
 
 from __future__ import annotations
 
@@ -6,14 +7,13 @@ import asyncio
 import time
 from dataclasses import dataclass, field
 
-from proxy.config import ProxyConfig
+from proxy.config import PauseMode, ProxyConfig
 from proxy.errors import ProxyError
 from proxy.metrics import ProxyMetrics
 from proxy.publisher import Publisher
 from proxy.render import Renderer
-from proxy.rollouts import Rollout, RolloutRegistry
+from proxy.rollouts import FinishedRollout, Rollout, RolloutRegistry
 from proxy.upstream import Upstream
-from schemas.delta import DeltaEncoder
 from schemas.enums import RolloutPhase
 from schemas.rollout import RolloutEvent
 
@@ -30,18 +30,19 @@ class ProxyState:
     publisher: Publisher
     max_model_len: int
     metrics: ProxyMetrics = field(default_factory=ProxyMetrics)
-    rollouts: RolloutRegistry = field(default_factory=RolloutRegistry)
-    encoder: DeltaEncoder = field(default_factory=DeltaEncoder)
+    rollouts: RolloutRegistry = field(init=False)
     in_flight: int = 0
     policy_version: int = 0
     resume: asyncio.Event = field(default_factory=asyncio.Event)
 
     def __post_init__(self) -> None:
+        self.rollouts = RolloutRegistry(self.config.finished_rollouts)
         self.policy_version = self.config.policy_version
         self.metrics.policy_version.set(self.policy_version)
         self.resume.set()
 
     def start_rollout(self, rollout_id: str, *, mint_key: bool, **fields: object) -> Rollout:
+        """Register a rollout and publish its ``started`` RolloutEvent."""
         rollout = self.rollouts.create(rollout_id, mint_key=mint_key, **fields)
         self.publisher.publish(
             [
@@ -61,10 +62,45 @@ class ProxyState:
         )
         return rollout
 
+    def finish_rollout(
+        self,
+        rollout: Rollout,
+        phase: RolloutPhase,
+        *,
+        backend: str | None = None,
+        exit_code: int | None = None,
+        message: str | None = None,
+    ) -> FinishedRollout:
+        """Publish the rollout's end (a RolloutEvent in ``phase``) and evict it from the live
+        rollouts (:meth:`RolloutRegistry.finish`)."""
+        at = now_us()
+        self.publisher.publish(
+            [
+                RolloutEvent(
+                    event_id=f"ro_{rollout.rollout_id}_{phase.value}",
+                    rollout_id=rollout.rollout_id,
+                    phase=phase,
+                    at_us=at,
+                    task_id=rollout.task_id,
+                    group_id=rollout.group_id,
+                    harness=rollout.harness,
+                    harness_version=rollout.harness_version,
+                    backend=backend,
+                    exit_code=exit_code,
+                    duration_s=(at - rollout.created_us) / 1e6,
+                    message=message,
+                    metadata=rollout.metadata,
+                )
+            ]
+        )
+        return self.rollouts.finish(rollout, phase)
+
     async def admit(self) -> None:
-        """Wait for (or refuse during) a weight swap, then take a concurrency slot."""
+        """Wait for (or, in reject mode, refuse with 429 during) a weight swap, then take a
+        concurrency slot or refuse with 429. The caller gives the slot back with
+        :meth:`release` exactly once (:class:`proxy.lifecycle.CallLifecycle` does)."""
         if not self.resume.is_set():
-            if self.config.pause_mode == "reject":
+            if self.config.pause_mode is PauseMode.REJECT:
                 raise ProxyError(
                     429,
                     "the policy is being updated; retry shortly",
@@ -76,7 +112,7 @@ class ProxyState:
             self.metrics.errors.labels("concurrency").inc()
             raise ProxyError(
                 429,
-                f"too many requests in flight ({self.in_flight})",
+                f"too many calls in flight ({self.in_flight}); retry shortly",
                 retry_after="1",
                 code="concurrency_limit",
             )
@@ -84,5 +120,6 @@ class ProxyState:
         self.metrics.in_flight.inc()
 
     def release(self) -> None:
+        """Give back the concurrency slot :meth:`admit` took."""
         self.in_flight -= 1
         self.metrics.in_flight.dec()

@@ -5,34 +5,40 @@ Two implementations of one small interface:
 - :class:`CompletionsUpstream`: the OpenAI-compatible ``/v1/completions`` endpoint with a prompt
   of token ids and ``return_token_ids`` (vLLM; other OpenAI-compatible engines that return ids).
 - :class:`GenerateUpstream`: vLLM's token-in/token-out ``/inference/v1/generate`` endpoint
-  (``--enable-scale-out``), which also reports the engine's weight version per span.
+  (``--enable-scale-out``), which also reports the engine's policy version (vLLM calls it the
+  weight version) per span.
 
 Both stream :class:`Chunk` objects; an upstream HTTP error becomes a :class:`ProxyError` that keeps
-the upstream's status and ``Retry-After``.
+the upstream's status and ``Retry-After``. :data:`UPSTREAMS` makes one by
+:class:`~proxy.config.UpstreamKind`.
 """
 
 from __future__ import annotations
 
 import abc
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import aiohttp
 import httpx
 
+from proxy.config import UpstreamKind
 from proxy.errors import ProxyError
 from schemas.completion import SamplingParams
+from schemas.registry import Registry
 
 
 @dataclass(slots=True)
 class Chunk:
+    """A piece of a generation as the upstream sent it."""
+
     token_ids: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     text: str = ""
     finish_reason: str | None = None
-    weight_version: int | None = None
+    policy_version: int | None = None  # the engine's, where it reports one
 
 
 class Upstream(abc.ABC):
@@ -43,7 +49,7 @@ class Upstream(abc.ABC):
     @abc.abstractmethod
     def generate(
         self, prompt: list[int], sampling: SamplingParams, max_tokens: int
-    ) -> AsyncIterator[Chunk]:
+    ) -> AsyncGenerator[Chunk, None]:
         """Stream the continuation; closing the iterator aborts the upstream request."""
 
     @abc.abstractmethod
@@ -132,7 +138,7 @@ class CompletionsUpstream(Upstream):
 
     async def generate(
         self, prompt: list[int], sampling: SamplingParams, max_tokens: int
-    ) -> AsyncIterator[Chunk]:
+    ) -> AsyncGenerator[Chunk, None]:
         body = {
             "model": self.model,
             "prompt": prompt,
@@ -198,13 +204,15 @@ class GenerateUpstream(_HTTPUpstream):
     this direction: generated ids are kept as generated, text is derived for the harness.
     """
 
-    def __init__(self, base_url: str, model: str, decode: Any, **kwargs: Any) -> None:
+    def __init__(
+        self, base_url: str, model: str, decode: Callable[[list[int]], str], **kwargs: Any
+    ) -> None:
         super().__init__(base_url, model, **kwargs)
         self._decode = decode
 
     async def generate(
         self, prompt: list[int], sampling: SamplingParams, max_tokens: int
-    ) -> AsyncIterator[Chunk]:
+    ) -> AsyncGenerator[Chunk, None]:
         params = {"logprobs": 0, "skip_special_tokens": True}
         params.update(_sampling_fields(sampling, max_tokens))
         try:
@@ -218,14 +226,39 @@ class GenerateUpstream(_HTTPUpstream):
         choice = resp.json()["choices"][0]
         ids = list(choice["token_ids"])
         content = (choice.get("logprobs") or {}).get("content") or []
-        versions = choice.get("weight_versions") or []
+        versions = choice.get("weight_versions") or []  # vLLM's name for policy versions
         version = versions[0].get("version") if versions else None
         yield Chunk(
             token_ids=ids,
             logprobs=[float(c["logprob"]) for c in content],
             text=self._decode([i for i in ids]),
             finish_reason=choice.get("finish_reason"),
-            weight_version=int(version)
+            policy_version=int(version)
             if isinstance(version, int | str) and str(version).isdigit()
             else None,
         )
+
+
+class UpstreamFactory(Protocol):
+    """Makes an upstream client; ``decode`` turns ids into text for upstreams that send none."""
+
+    def __call__(
+        self, base_url: str, model: str, *, timeout: float, decode: Callable[[list[int]], str]
+    ) -> Upstream: ...
+
+
+def _completions(
+    base_url: str, model: str, *, timeout: float, decode: Callable[[list[int]], str]
+) -> Upstream:
+    return CompletionsUpstream(base_url, model, timeout=timeout)
+
+
+def _generate(
+    base_url: str, model: str, *, timeout: float, decode: Callable[[list[int]], str]
+) -> Upstream:
+    return GenerateUpstream(base_url, model, decode, timeout=timeout)
+
+
+UPSTREAMS: Registry[UpstreamFactory] = Registry("upstream kind")
+UPSTREAMS.add(UpstreamKind.COMPLETIONS, _completions)
+UPSTREAMS.add(UpstreamKind.GENERATE, _generate)

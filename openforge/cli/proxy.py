@@ -7,6 +7,8 @@ from typing import Annotated
 
 import typer
 
+from proxy.config import PauseMode, UpstreamKind
+
 
 def proxy(
     upstream: Annotated[
@@ -23,7 +25,9 @@ def proxy(
     tokenizer: Annotated[
         Path | None, typer.Option(help="Tokenizer dir (default: upstream root).")
     ] = None,
-    upstream_kind: Annotated[str, typer.Option(help="completions or generate.")] = "completions",
+    upstream_kind: Annotated[
+        UpstreamKind, typer.Option(help="Upstream endpoint: completions or generate.")
+    ] = UpstreamKind.COMPLETIONS,
     spool: Annotated[Path, typer.Option(help="Spool dir for events while the log is down.")] = Path(
         "spool"
     ),
@@ -41,14 +45,19 @@ def proxy(
         list[str] | None, typer.Option(help="Extra session header (open mode).")
     ] = None,
     no_bodies: Annotated[bool, typer.Option(help="Do not record request/response bodies.")] = False,
-    max_concurrency: Annotated[int, typer.Option(help="Requests in flight before 429.")] = 256,
+    max_concurrency: Annotated[int, typer.Option(help="Calls in flight before 429.")] = 256,
     policy_version: Annotated[int, typer.Option(help="Initial policy version.")] = 0,
-    pause_mode: Annotated[str, typer.Option(help="During weight swaps: wait or reject.")] = "wait",
+    pause_mode: Annotated[
+        PauseMode, typer.Option(help="During weight swaps: wait or reject.")
+    ] = PauseMode.WAIT,
     max_tokens_cap: Annotated[
-        int | None, typer.Option(help="Cap on any request's generation budget.")
+        int | None, typer.Option(help="Cap on any call's generation budget.")
     ] = None,
+    finished_rollouts: Annotated[
+        int, typer.Option(help="Finished rollouts remembered for late rewards.")
+    ] = 10_000,
 ) -> None:
-    """Serve the capture proxy: harnesses talk to it, it records every completion."""
+    """Serve the capture proxy: harnesses talk to it, it records every call."""
     import sys
 
     import uvicorn
@@ -72,6 +81,7 @@ def proxy(
         policy_version=policy_version,
         pause_mode=pause_mode,
         max_tokens_cap=max_tokens_cap,
+        finished_rollouts=finished_rollouts,
     )
     # The publisher encodes events in a worker thread; a short GIL switch interval keeps that
     # from holding up the event loop (the default 5 ms shows up in p99 latency).

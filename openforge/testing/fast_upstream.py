@@ -3,7 +3,8 @@
 Serves ``/v1/models``, streaming ``/v1/completions`` (token-id prompts, ``token_ids`` and
 ``token_logprobs`` per chunk) and streaming ``/v1/chat/completions`` (``prompt_token_ids`` in the
 first chunk, ``token_ids`` per chunk), each with a fixed number of generated tokens and no model,
-instantly or paced like an engine decoding (``--token-delay-ms``).
+instantly or paced like an engine decoding (``--token-delay-ms``). A negative ``temperature`` is
+refused with a 400 in vLLM's error format, so tests can provoke an upstream error.
 
     python -m openforge.testing.fast_upstream --port 8200 --model-dir DIR --tokens 16
 """
@@ -76,6 +77,12 @@ def create_app(model_dir: str, tokens: int, token_delay: float = 0.0) -> Starlet
     def endpoint(kind: str):  # type: ignore[no-untyped-def]
         async def run(request: Request) -> Response:
             body = await request.json()
+            temperature = body.get("temperature")
+            if isinstance(temperature, int | float) and temperature < 0:
+                # vLLM's answer to an invalid sampling parameter (status and error shape).
+                message = f"temperature must be non-negative, got {temperature}."
+                error = {"message": message, "type": "BadRequestError", "param": None, "code": 400}
+                return JSONResponse({"error": error}, status_code=400)
             prompt = body.get("prompt") if kind == "completions" else [1, 2, 3]
 
             async def stream() -> AsyncIterator[bytes]:

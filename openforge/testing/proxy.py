@@ -11,11 +11,13 @@ from pathlib import Path
 
 import httpx
 import uvicorn
+from starlette.applications import Starlette
 
 from infra.eventlog import EVENTS_TOPIC, open_reader
 from infra.local.process import free_port
 from proxy.app import create_app
 from proxy.config import ProxyConfig
+from proxy.state import ProxyState
 from schemas.codec import Record, decode_message
 from schemas.completion import CompletionEvent
 
@@ -24,11 +26,13 @@ from schemas.completion import CompletionEvent
 class RunningProxy:
     url: str
     config: ProxyConfig
-    app: object
+    app: Starlette
 
     @property
-    def state(self):  # type: ignore[no-untyped-def]
-        return self.app.state.proxy  # type: ignore[attr-defined]
+    def state(self) -> ProxyState:
+        """The app's live state (set once its lifespan has started)."""
+        state: ProxyState = self.app.state.proxy
+        return state
 
     def flush(self) -> None:
         assert self.state.publisher.wait_idle(30)

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping
 from typing import Any
 
-from proxy.canonical import Generation, Message, ToolCall, TurnRequest, text_of
-from proxy.dialects import ResponseMeta, number, require, sampling_from, sse
+from proxy.canonical import CallRequest, Generation, Message, ToolCall, text_of
+from proxy.dialects import openai_common
+from proxy.dialects.base import ResponseMeta, sse
+from proxy.dialects.fields import number, require, sampling_from
+from proxy.errors import ProxyError
 from schemas.enums import Dialect
 
 ROLES = {"system", "developer", "user", "assistant", "tool"}
@@ -46,7 +51,7 @@ def _message(raw: Any, i: int) -> Message:
     return out
 
 
-def parse(body: dict[str, Any]) -> TurnRequest:
+def parse(body: dict[str, Any]) -> CallRequest:
     model: Any = body.get("model")
     require(
         isinstance(model, str) and bool(model), "'model' is required and must be a string", "model"
@@ -73,7 +78,7 @@ def parse(body: dict[str, Any]) -> TurnRequest:
     require(isinstance(stream, bool), "'stream' must be a boolean", "stream")
     options = body.get("stream_options") or {}
     max_field = "max_completion_tokens" if "max_completion_tokens" in body else "max_tokens"
-    return TurnRequest(
+    return CallRequest(
         dialect=Dialect.CHAT,
         model=model,
         messages=[_message(m, i) for i, m in enumerate(messages)],
@@ -100,7 +105,7 @@ def _usage(gen: Generation) -> dict[str, int]:
     }
 
 
-def respond(gen: Generation, req: TurnRequest, meta: ResponseMeta) -> dict[str, Any]:
+def respond(gen: Generation, req: CallRequest, meta: ResponseMeta) -> dict[str, Any]:
     message: dict[str, Any] = {"role": "assistant", "content": gen.content or None}
     if gen.tool_calls:
         message["tool_calls"] = [_tool_call(c) for c in gen.tool_calls]
@@ -117,7 +122,9 @@ def respond(gen: Generation, req: TurnRequest, meta: ResponseMeta) -> dict[str, 
 
 
 class Stream:
-    def __init__(self, req: TurnRequest, meta: ResponseMeta) -> None:
+    """Chat Completions chunks (``chat.completion.chunk``), ending in ``data: [DONE]``."""
+
+    def __init__(self, req: CallRequest, meta: ResponseMeta, prompt_tokens: int = 0) -> None:
         self.req, self.meta = req, meta
         self._calls = 0
 
@@ -158,3 +165,35 @@ class Stream:
                 }
             )
         return out + b"data: [DONE]\n\n"
+
+
+class ChatDialect:
+    """OpenAI Chat Completions as a :class:`~proxy.dialects.base.Dialect`."""
+
+    name = Dialect.CHAT
+    path = "/v1/chat/completions"
+    id_prefix = "chatcmpl-"
+
+    def parse(self, body: dict[str, Any]) -> CallRequest:
+        return parse(body)
+
+    def respond(self, gen: Generation, req: CallRequest, meta: ResponseMeta) -> dict[str, Any]:
+        return respond(gen, req, meta)
+
+    def stream(self, req: CallRequest, meta: ResponseMeta, prompt_tokens: int) -> Stream:
+        return Stream(req, meta, prompt_tokens)
+
+    def error_body(self, error: ProxyError) -> dict[str, Any]:
+        return openai_common.error_body(error)
+
+    def stream_error(self, error: ProxyError) -> bytes:
+        return f"data: {json.dumps(self.error_body(error))}\n\n".encode()
+
+    def models_body(self, model: str, max_model_len: int) -> dict[str, Any]:
+        return openai_common.models_body(model, max_model_len)
+
+    def recognizes(self, path: str, headers: Mapping[str, str]) -> bool:
+        return False  # the default for shared routes; see proxy.dialects.registry
+
+
+DIALECT = ChatDialect()

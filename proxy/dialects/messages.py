@@ -8,11 +8,31 @@ image blocks carry no tokens we render here and are skipped (they stay in the re
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
-from proxy.canonical import Generation, Message, ToolCall, TurnRequest, text_of
-from proxy.dialects import ResponseMeta, number, require, sampling_from, sse
+from proxy.canonical import CallRequest, Generation, Message, ToolCall, text_of
+from proxy.dialects.base import ResponseMeta, error_type, sse
+from proxy.dialects.fields import number, require, sampling_from
+from proxy.errors import ProxyError
 from schemas.enums import Dialect
+
+# HTTP status -> Anthropic error type
+ERROR_TYPES: dict[int, str] = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    408: "timeout_error",
+    413: "request_too_large",
+    422: "invalid_request_error",
+    429: "rate_limit_error",
+    500: "api_error",
+    502: "api_error",
+    503: "overloaded_error",
+    504: "timeout_error",
+    529: "overloaded_error",
+}
 
 
 def _blocks(content: Any, i: int) -> list[dict[str, Any]]:
@@ -74,7 +94,7 @@ def _messages(raw: list[Any]) -> list[Message]:
     return out
 
 
-def parse(body: dict[str, Any]) -> TurnRequest:
+def parse(body: dict[str, Any]) -> CallRequest:
     model: Any = body.get("model")
     require(isinstance(model, str) and bool(model), "model: Field required", "model")
     require(number(body, "max_tokens", int) is not None, "max_tokens: Field required", "max_tokens")
@@ -109,7 +129,7 @@ def parse(body: dict[str, Any]) -> TurnRequest:
             )
     stream = body.get("stream", False)
     require(isinstance(stream, bool), "stream: must be a boolean", "stream")
-    return TurnRequest(
+    return CallRequest(
         dialect=Dialect.MESSAGES,
         model=model,
         messages=messages,
@@ -140,7 +160,7 @@ def _usage(gen: Generation, output: int) -> dict[str, int]:
     }
 
 
-def respond(gen: Generation, req: TurnRequest, meta: ResponseMeta) -> dict[str, Any]:
+def respond(gen: Generation, req: CallRequest, meta: ResponseMeta) -> dict[str, Any]:
     content: list[dict[str, Any]] = []
     if gen.content:
         content.append({"type": "text", "text": gen.content})
@@ -160,12 +180,15 @@ def respond(gen: Generation, req: TurnRequest, meta: ResponseMeta) -> dict[str, 
 
 
 class Stream:
-    def __init__(self, req: TurnRequest, meta: ResponseMeta) -> None:
+    """Messages events (``message_start`` ... ``message_stop``) with content blocks."""
+
+    def __init__(self, req: CallRequest, meta: ResponseMeta, prompt_tokens: int = 0) -> None:
         self.req, self.meta = req, meta
+        self.prompt_tokens = prompt_tokens
         self._index = -1
         self._text_open = False
 
-    def start(self, prompt_tokens: int = 0) -> bytes:
+    def start(self) -> bytes:
         message: dict[str, Any] = {
             "id": self.meta.id,
             "type": "message",
@@ -175,7 +198,7 @@ class Stream:
             "stop_reason": None,
             "stop_sequence": None,
             "usage": {
-                "input_tokens": prompt_tokens,
+                "input_tokens": self.prompt_tokens,
                 "output_tokens": 1,
                 "cache_creation_input_tokens": 0,
                 "cache_read_input_tokens": 0,
@@ -253,3 +276,45 @@ class Stream:
             "message_delta",
         )
         return out + sse({"type": "message_stop"}, "message_stop")
+
+
+class MessagesDialect:
+    """Anthropic Messages as a :class:`~proxy.dialects.base.Dialect`.
+
+    Errors are ``{"type": "error", "error": {"type", "message"}}``, as the Anthropic SDK parses.
+    """
+
+    name = Dialect.MESSAGES
+    path = "/v1/messages"
+    id_prefix = "msg_"
+
+    def parse(self, body: dict[str, Any]) -> CallRequest:
+        return parse(body)
+
+    def respond(self, gen: Generation, req: CallRequest, meta: ResponseMeta) -> dict[str, Any]:
+        return respond(gen, req, meta)
+
+    def stream(self, req: CallRequest, meta: ResponseMeta, prompt_tokens: int) -> Stream:
+        return Stream(req, meta, prompt_tokens)
+
+    def error_body(self, error: ProxyError) -> dict[str, Any]:
+        kind = error_type(error.status, ERROR_TYPES)
+        return {"type": "error", "error": {"type": kind, "message": error.message}}
+
+    def stream_error(self, error: ProxyError) -> bytes:
+        return f"event: error\ndata: {json.dumps(self.error_body(error))}\n\n".encode()
+
+    def models_body(self, model: str, max_model_len: int) -> dict[str, Any]:
+        entry = {
+            "type": "model",
+            "id": model,
+            "display_name": model,
+            "created_at": "2026-01-01T00:00:00Z",
+        }
+        return {"data": [entry], "has_more": False, "first_id": model, "last_id": model}
+
+    def recognizes(self, path: str, headers: Mapping[str, str]) -> bool:
+        return "anthropic-version" in headers or "/messages" in path
+
+
+DIALECT = MessagesDialect()

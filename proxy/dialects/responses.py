@@ -9,10 +9,14 @@ render and are skipped (they stay in the recorded request body).
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
-from proxy.canonical import Generation, Message, ToolCall, TurnRequest, text_of
-from proxy.dialects import ResponseMeta, new_id, require, sampling_from, sse
+from proxy.canonical import CallRequest, Generation, Message, ToolCall, text_of
+from proxy.dialects import openai_common
+from proxy.dialects.base import ResponseMeta, new_id, sse
+from proxy.dialects.fields import require, sampling_from
+from proxy.errors import ProxyError
 from schemas.enums import Dialect
 
 CUSTOM_PARAMS = {
@@ -105,7 +109,7 @@ def _tools(raw: Any) -> tuple[list[dict[str, Any]], list[str]]:
     return tools, custom
 
 
-def parse(body: dict[str, Any]) -> TurnRequest:
+def parse(body: dict[str, Any]) -> CallRequest:
     model: Any = body.get("model")
     require(
         isinstance(model, str) and bool(model), "'model' is required and must be a string", "model"
@@ -124,7 +128,7 @@ def parse(body: dict[str, Any]) -> TurnRequest:
     tools, custom = _tools(body.get("tools"))
     stream = body.get("stream", False)
     require(isinstance(stream, bool), "'stream' must be a boolean", "stream")
-    return TurnRequest(
+    return CallRequest(
         dialect=Dialect.RESPONSES,
         model=model,
         messages=messages,
@@ -135,7 +139,7 @@ def parse(body: dict[str, Any]) -> TurnRequest:
     )
 
 
-def _call_item(call: ToolCall, req: TurnRequest, item_id: str, done: bool) -> dict[str, Any]:
+def _call_item(call: ToolCall, req: CallRequest, item_id: str, done: bool) -> dict[str, Any]:
     status = "completed" if done else "in_progress"
     if call.name in req.extra.get("custom_tools", []):
         try:
@@ -184,7 +188,7 @@ def _usage(gen: Generation) -> dict[str, Any]:
 
 def _response(
     meta: ResponseMeta,
-    req: TurnRequest,
+    req: CallRequest,
     output: list[dict[str, Any]],
     status: str,
     gen: Generation | None,
@@ -207,7 +211,7 @@ def _response(
     }
 
 
-def respond(gen: Generation, req: TurnRequest, meta: ResponseMeta) -> dict[str, Any]:
+def respond(gen: Generation, req: CallRequest, meta: ResponseMeta) -> dict[str, Any]:
     output = []
     if gen.content:
         output.append(_message_item(new_id("msg_"), gen.content, done=True))
@@ -216,7 +220,9 @@ def respond(gen: Generation, req: TurnRequest, meta: ResponseMeta) -> dict[str, 
 
 
 class Stream:
-    def __init__(self, req: TurnRequest, meta: ResponseMeta) -> None:
+    """Responses events (``response.created`` ... ``response.completed``), numbered in order."""
+
+    def __init__(self, req: CallRequest, meta: ResponseMeta, prompt_tokens: int = 0) -> None:
         self.req, self.meta = req, meta
         self._seq = 0
         self._output: list[dict[str, Any]] = []
@@ -325,3 +331,37 @@ class Stream:
         response = _response(self.meta, self.req, self._output, "completed", gen)
         kind = "response.incomplete" if response["status"] == "incomplete" else "response.completed"
         return out + self._event(kind, response=response)
+
+
+class ResponsesDialect:
+    """OpenAI Responses as a :class:`~proxy.dialects.base.Dialect`."""
+
+    name = Dialect.RESPONSES
+    path = "/v1/responses"
+    id_prefix = "resp_"
+
+    def parse(self, body: dict[str, Any]) -> CallRequest:
+        return parse(body)
+
+    def respond(self, gen: Generation, req: CallRequest, meta: ResponseMeta) -> dict[str, Any]:
+        return respond(gen, req, meta)
+
+    def stream(self, req: CallRequest, meta: ResponseMeta, prompt_tokens: int) -> Stream:
+        return Stream(req, meta, prompt_tokens)
+
+    def error_body(self, error: ProxyError) -> dict[str, Any]:
+        return openai_common.error_body(error)
+
+    def stream_error(self, error: ProxyError) -> bytes:
+        kind = self.error_body(error)["error"]["type"]
+        event = {"type": "error", "code": kind, "message": error.message}
+        return f"event: error\ndata: {json.dumps(event)}\n\n".encode()
+
+    def models_body(self, model: str, max_model_len: int) -> dict[str, Any]:
+        return openai_common.models_body(model, max_model_len)
+
+    def recognizes(self, path: str, headers: Mapping[str, str]) -> bool:
+        return False  # its clients look like Chat Completions' on shared routes
+
+
+DIALECT = ResponsesDialect()

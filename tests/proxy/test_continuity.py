@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from proxy.canonical import Generation, ToolCall, TurnRequest
+from proxy.canonical import CallRequest, Generation, ToolCall
 from proxy.continuity import ContinuityTracker
 from proxy.render import Renderer
 from schemas.completion import SamplingParams
@@ -23,14 +23,14 @@ def renderer(tiny_model_dir: Path) -> Renderer:
     return Renderer(tiny_model_dir)
 
 
-def _req(messages: list[dict[str, Any]], model: str = "main", tools: Any = TOOLS) -> TurnRequest:
-    return TurnRequest(Dialect.CHAT, model, messages, tools, SamplingParams(), False)
+def _req(messages: list[dict[str, Any]], model: str = "main", tools: Any = TOOLS) -> CallRequest:
+    return CallRequest(Dialect.CHAT, model, messages, tools, SamplingParams(), False)
 
 
 def _answer(
     renderer: Renderer,
     tracker: ContinuityTracker,
-    req: TurnRequest,
+    req: CallRequest,
     eid: str,
     status: CompletionStatus = CompletionStatus.OK,
 ) -> tuple[Any, Generation]:

@@ -1,4 +1,5 @@
-"""The official SDKs against the proxy in front of real vLLM: every dialect, streamed or not.
+"""Calls through the official SDKs, against the proxy in front of real vLLM: every dialect,
+streamed or not.
 
 Every recorded event's ids and logprobs are what vLLM generates for the recorded prompt; the first
 prompt is vLLM's own rendering of the conversation; a second turn reuses the first call's ids.
@@ -161,22 +162,3 @@ def test_two_turns_record_exact_engine_tokens(
     engine_text2 = assert_engine_agrees(vllm_server.base_url, model, prompt2, second)
     assert text1 == engine_text1 and text2 == engine_text2
     assert json.loads(second.response_body or "{}")
-
-
-def test_messages_accepts_mid_conversation_system_messages() -> None:
-    """Claude Code sends ``role: system`` items inside ``messages`` (environment context)."""
-    from proxy.dialects import messages
-
-    req = messages.parse(
-        {
-            "model": "tiny",
-            "max_tokens": 8,
-            "system": [{"type": "text", "text": "You are an agent."}],
-            "messages": [
-                {"role": "user", "content": [{"type": "text", "text": "hi"}]},
-                {"role": "system", "content": [{"type": "text", "text": "cwd: /work"}]},
-            ],
-        }
-    )
-    assert [m["role"] for m in req.messages] == ["system", "user", "system"]
-    assert req.messages[2]["content"] == "cwd: /work"

@@ -1,16 +1,22 @@
-"""The second upstream: vLLM's token-in/token-out /inference/v1/generate endpoint."""
+"""The upstreams: vLLM's token-in/token-out /inference/v1/generate endpoint, and an unreachable
+upstream."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import httpx
 import openai
+import pytest
 
+from infra.local.process import free_port
 from infra.local.vllm import VLLMServer
 from openforge.testing.proxy import completions_of, proxy_config, read_events, running_proxy
 from schemas.delta import Reconstructor
 from schemas.enums import CompletionStatus, ContinuityClass
 from tests.proxy.engine import assert_engine_agrees
+
+CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8}
 
 
 def test_generate_upstream_records_engine_tokens(vllm_server: VLLMServer, tmp_path: Path) -> None:
@@ -47,3 +53,29 @@ def test_generate_upstream_records_engine_tokens(vllm_server: VLLMServer, tmp_pa
     for event in events:
         prompt = rebuild.prompt(event)
         assert_engine_agrees(vllm_server.base_url, vllm_server.served_model_name, prompt, event)
+
+
+@pytest.mark.parametrize("dialect_path", ["chat/completions", "messages"])
+def test_unreachable_upstream_is_a_502_in_the_dialect(
+    vllm_server: VLLMServer, tiny_model_dir: Path, tmp_path: Path, dialect_path: str
+) -> None:
+    port = free_port()
+    config = proxy_config(
+        f"http://127.0.0.1:{port}",
+        tmp_path,
+        auto_register=True,
+        upstream_model="tiny",
+        tokenizer=tiny_model_dir,
+        max_model_len=4096,
+    )
+    with running_proxy(config) as p:
+        body = {**CHAT, "stream": True}
+        resp = httpx.post(f"{p.url}/rollout/u/v1/{dialect_path}", json=body, timeout=60)
+        assert resp.status_code == 502
+        if dialect_path == "messages":
+            assert resp.json()["error"]["type"] == "api_error"
+        else:
+            assert resp.json()["error"]["code"] == "upstream_unreachable"
+        p.flush()
+        (event,) = completions_of(read_events(p.config.log_url, group="u", want=1), "u")
+        assert event.status is CompletionStatus.UPSTREAM_ERROR and event.error

@@ -1,4 +1,5 @@
-"""Tool calls: parsing the engine's text, and the round trip through each dialect.
+"""The dialect registry: every dialect registered under its name, bad names refused, and each
+dialect's tool calls round-trip.
 
 What a harness resends of our answer must be recognised as exactly our answer, or continuity
 breaks on every tool call.
@@ -10,50 +11,38 @@ import json
 from typing import Any
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
 
 from proxy.canonical import Generation, ToolCall
-from proxy.dialects import ResponseMeta, chat, messages, responses
-from proxy.toolparse import ToolCallStream, parse_text
+from proxy.dialects.base import ResponseMeta
+from proxy.dialects.registry import DIALECTS, dialect_for
+from proxy.errors import ProxyError
 from schemas.enums import Dialect
-
-CALL = (
-    '<tool_call>\n{"name": "write_file", "arguments": {"path": "a.txt", "text": "hi"}}\n'
-    "</tool_call>"
-)
+from schemas.errors import ConfigError
 
 
-def test_parse_content_and_calls() -> None:
-    content, calls = parse_text("Let me write it.\n" + CALL + "\n" + CALL)
-    assert content == "Let me write it."  # trailing whitespace before tool calls is dropped
-    assert [c.name for c in calls] == ["write_file", "write_file"]
-    assert json.loads(calls[0].arguments) == {"path": "a.txt", "text": "hi"}
-    assert calls[0].id != calls[1].id
+def test_every_dialect_is_registered_under_its_own_name() -> None:
+    assert DIALECTS.names() == sorted(d.value for d in Dialect)
+    for name in Dialect:
+        assert DIALECTS.get(name).name is name
+    paths = [DIALECTS.get(name).path for name in Dialect]
+    assert len(set(paths)) == len(paths)
 
 
-def test_broken_blocks_stay_content() -> None:
-    text = 'x <tool_call>{not json}</tool_call> y <tool_call>{"no_name": 1}</tool_call>'
-    assert parse_text(text) == (text, [])
-    assert parse_text('<tool_call>{"name": "a", "arguments": {}}')[1][0].name == "a"
+def test_a_bad_dialect_name_lists_the_valid_ones() -> None:
+    with pytest.raises(ConfigError, match="unknown dialect 'klingon': choose one of chat, "):
+        DIALECTS.get("klingon")
+    with pytest.raises(ConfigError) as info:
+        DIALECTS.get("klingon")
+    assert all(d.value in str(info.value) for d in Dialect)
 
 
-@given(st.lists(st.integers(1, 7), min_size=1, max_size=40))
-def test_streaming_parse_equals_whole_parse(cuts: list[int]) -> None:
-    text = "Sure <3 — " + CALL + " tail <tool_ " + CALL
-    stream, pieces, pos = ToolCallStream(), [], 0
-    for cut in cuts * 50:
-        if pos >= len(text):
-            break
-        pieces += list(stream.feed(text[pos : pos + cut]))
-        pos += cut
-    pieces += list(stream.feed(text[pos:]))
-    pieces += list(stream.close())
-    whole_content, whole_calls = parse_text(text)
-    assert stream.content == whole_content
-    assert [(c.name, c.arguments) for c in stream.calls] == [
-        (c.name, c.arguments) for c in whole_calls
-    ]
+def test_shared_routes_take_the_callers_dialect() -> None:
+    assert dialect_for("/v1/models", {"anthropic-version": "2023-06-01"}).name is Dialect.MESSAGES
+    assert dialect_for("/rollout/r/v1/messages", {}).name is Dialect.MESSAGES
+    assert dialect_for("/v1/models", {}).name is Dialect.CHAT
+    error = ProxyError(413, "too big")
+    assert DIALECTS.get(Dialect.MESSAGES).error_body(error)["error"]["type"] == "request_too_large"
+    assert DIALECTS.get(Dialect.CHAT).error_body(error)["error"]["type"] == "invalid_request_error"
 
 
 def _generation(content: str) -> Generation:
@@ -106,7 +95,7 @@ def _resend(dialect: Dialect, answer: dict[str, Any]) -> dict[str, Any]:
 @pytest.mark.parametrize("content", ["", "I will list files."])
 @pytest.mark.parametrize("dialect", list(Dialect), ids=[d.value for d in Dialect])
 def test_our_answer_comes_back_as_exactly_our_answer(dialect: Dialect, content: str) -> None:
-    module = {Dialect.CHAT: chat, Dialect.RESPONSES: responses, Dialect.MESSAGES: messages}[dialect]
+    module = DIALECTS.get(dialect)
     gen = _generation(content)
     history = (
         {"input": "go"}

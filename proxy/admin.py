@@ -1,0 +1,195 @@
+"""The orchestrator's and trainer's routes: rollouts, rewards, policy version, pause, health.
+
+    POST /admin/rollouts                      register a rollout, mint its key
+    POST /admin/rollouts/{rollout_id}/finish  record its end (RolloutEvent); evicts it;
+                                              a repeated finish answers the same, records nothing
+    POST /rollout/{rollout_id}/reward         record a RewardEvent (also after the rollout ends)
+    GET|POST /admin/policy                    read or set the policy version
+    POST /admin/pause, /admin/resume          gate new calls during a weight swap
+    GET  /health, /metrics
+
+``/admin/*`` needs the admin token when the proxy has one; a reward needs it too unless it
+carries the rollout's own key. Each handler takes the state and the request and raises
+ProxyError for a bad request (the app renders it).
+"""
+
+from __future__ import annotations
+
+import hmac
+import uuid
+from typing import Any
+
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from proxy.attribution import read_body, request_key
+from proxy.errors import ProxyError
+from proxy.state import ProxyState, now_us
+from schemas.enums import RolloutPhase
+from schemas.reward import RewardEvent
+
+
+def require_admin(state: ProxyState, request: Request) -> None:
+    """401 unless the request carries the admin token (or the proxy has none)."""
+    token = state.config.admin_token
+    if token is None:
+        return
+    given = request_key(request) or ""
+    if not hmac.compare_digest(given.encode(), token.encode()):
+        raise ProxyError(401, "admin endpoints need the admin token (Authorization: Bearer ...)")
+
+
+def _opt_str(body: dict[str, Any], name: str) -> str | None:
+    value = body.get(name)
+    if value is not None and not isinstance(value, str):
+        raise ProxyError(400, f"'{name}' must be a string", param=name)
+    return value
+
+
+async def _optional_body(state: ProxyState, request: Request) -> dict[str, Any]:
+    return await read_body(state, request) if await request.body() else {}
+
+
+async def reward(state: ProxyState, request: Request) -> Response:
+    rollout_id = request.path_params["rollout_id"]
+    key = request_key(request)
+    live, done = state.rollouts.get(rollout_id), state.rollouts.finished(rollout_id)
+    api_key = live.api_key if live else done.api_key if done else None
+    if api_key is None or key != api_key:
+        require_admin(state, request)
+    body = await read_body(state, request)
+    value = body.get("reward")
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        raise ProxyError(400, "'reward' must be a number", param="reward")
+    components = body.get("components") or {}
+    if not isinstance(components, dict) or not all(
+        isinstance(v, int | float) and not isinstance(v, bool) for v in components.values()
+    ):
+        raise ProxyError(400, "'components' must map names to numbers", param="components")
+    event = RewardEvent(
+        event_id=str(body.get("event_id") or f"rw_{uuid.uuid4().hex}"),
+        rollout_id=rollout_id,
+        reward=float(value),
+        at_us=now_us(),
+        task_id=body.get("task_id") or (live.task_id if live else done.task_id if done else None),
+        components={str(k): float(v) for k, v in components.items()},
+        verifier=body.get("verifier"),
+        verifier_output=body.get("verifier_output"),
+    )
+    state.publisher.publish([event])
+    return JSONResponse({"event_id": event.event_id, "rollout_id": rollout_id}, status_code=201)
+
+
+async def create_rollout(state: ProxyState, request: Request) -> Response:
+    require_admin(state, request)
+    body = await _optional_body(state, request)
+    rollout_id = _opt_str(body, "rollout_id") or f"ro-{uuid.uuid4().hex[:16]}"
+    if "/" in rollout_id or not rollout_id.strip():
+        raise ProxyError(
+            400, "'rollout_id' must be non-empty and contain no '/'", param="rollout_id"
+        )
+    if state.rollouts.get(rollout_id) is not None:
+        raise ProxyError(409, f"rollout {rollout_id!r} already exists", param="rollout_id")
+    if state.rollouts.finished(rollout_id) is not None:
+        raise ProxyError(
+            409, f"rollout {rollout_id!r} already ran: pick a new id", param="rollout_id"
+        )
+    metadata = body.get("metadata") or {}
+    if not isinstance(metadata, dict):
+        raise ProxyError(400, "'metadata' must be an object", param="metadata")
+    rollout = state.start_rollout(
+        rollout_id,
+        mint_key=bool(body.get("mint_key", True)),
+        task_id=_opt_str(body, "task_id"),
+        group_id=_opt_str(body, "group_id"),
+        harness=_opt_str(body, "harness"),
+        harness_version=_opt_str(body, "harness_version"),
+        metadata={str(k): str(v) for k, v in metadata.items()},
+    )
+    return JSONResponse(
+        {
+            "rollout_id": rollout.rollout_id,
+            "api_key": rollout.api_key,
+            "openai_base_path": f"/rollout/{rollout.rollout_id}/v1",
+            "anthropic_base_path": f"/rollout/{rollout.rollout_id}",
+        },
+        status_code=201,
+    )
+
+
+async def finish_rollout(state: ProxyState, request: Request) -> Response:
+    require_admin(state, request)
+    rollout_id = request.path_params["rollout_id"]
+    rollout = state.rollouts.get(rollout_id)
+    if rollout is None:
+        done = state.rollouts.finished(rollout_id)
+        if done is not None:  # a retried finish: answer as before, record nothing new
+            return JSONResponse({"rollout_id": rollout_id, "phase": done.phase.value})
+        raise ProxyError(404, f"unknown rollout {rollout_id!r}: register it first")
+    body = await _optional_body(state, request)
+    try:
+        phase = RolloutPhase(body.get("phase", "finished"))
+    except ValueError:
+        raise ProxyError(
+            400, "'phase' must be finished, failed or timed_out", param="phase"
+        ) from None
+    exit_code = body.get("exit_code")
+    state.finish_rollout(
+        rollout,
+        phase,
+        backend=_opt_str(body, "backend"),
+        exit_code=exit_code if isinstance(exit_code, int) else None,
+        message=_opt_str(body, "message"),
+    )
+    return JSONResponse({"rollout_id": rollout.rollout_id, "phase": phase.value})
+
+
+async def policy(state: ProxyState, request: Request) -> Response:
+    if request.method == "POST":
+        require_admin(state, request)
+        body = await read_body(state, request)
+        version = body.get("version")
+        if not isinstance(version, int) or isinstance(version, bool):
+            raise ProxyError(400, "'version' must be an integer", param="version")
+        state.policy_version = version
+        state.metrics.policy_version.set(version)
+    return JSONResponse(
+        {
+            "version": state.policy_version,
+            "paused": not state.resume.is_set(),
+            "in_flight": state.in_flight,
+        }
+    )
+
+
+async def pause(state: ProxyState, request: Request) -> Response:
+    require_admin(state, request)
+    state.resume.clear()
+    return JSONResponse({"paused": True, "in_flight": state.in_flight})
+
+
+async def resume(state: ProxyState, request: Request) -> Response:
+    require_admin(state, request)
+    state.resume.set()
+    return JSONResponse({"paused": False, "in_flight": state.in_flight})
+
+
+async def health(state: ProxyState, request: Request) -> Response:
+    stats = state.publisher.stats
+    return JSONResponse(
+        {
+            "status": "ok",
+            "rollouts": len(state.rollouts),
+            "finished_rollouts": state.rollouts.finished_count,
+            "events": {
+                "published": stats.published,
+                "spooled": stats.spooled,
+                "pending": state.publisher.pending,
+            },
+        }
+    )
+
+
+async def metrics(state: ProxyState, request: Request) -> Response:
+    return Response(generate_latest(state.metrics.registry), media_type=CONTENT_TYPE_LATEST)

@@ -1,0 +1,137 @@
+"""Which rollout a call records into, and reading its body within the size limit.
+
+Attribution, in order: a minted rollout key (``Authorization: Bearer ofk_...`` or
+``x-api-key``) names its rollout; a ``/rollout/{rollout_id}/...`` path names one (and must agree
+with a key); in open mode a session identity header names ``session-<identity>``. A key minted
+for one rollout never records into another. Failures are ProxyErrors that say what to do:
+401 (no or unknown key), 403 (key of another rollout), 404 (unknown rollout), 410 (finished).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from starlette.requests import Request
+
+from proxy.errors import ProxyError
+from proxy.rollouts import KEY_PREFIX, Rollout
+from proxy.state import ProxyState
+
+
+def request_key(request: Request) -> str | None:
+    """The bearer token or ``x-api-key`` of a request, if any."""
+    auth = request.headers.get("authorization", "")
+    if auth.lower().startswith("bearer "):
+        return auth[7:].strip() or None
+    return request.headers.get("x-api-key") or None
+
+
+def session_identity(request: Request, headers: list[str]) -> str | None:
+    """The first session identity among ``headers`` (``traceparent`` gives its trace id)."""
+    for name in headers:
+        value = request.headers.get(name)
+        if not value:
+            continue
+        if name == "traceparent":  # version-traceid-parentid-flags
+            parts = value.split("-")
+            if len(parts) >= 2 and parts[1].strip("0"):
+                return f"trace-{parts[1]}"
+            continue
+        return value
+    return None
+
+
+def _finished(rollout_id: str) -> ProxyError:
+    return ProxyError(
+        410,
+        f"rollout {rollout_id!r} has finished: register a new rollout "
+        "(POST /admin/rollouts) for more calls",
+        code="rollout_finished",
+    )
+
+
+def _live_or_new(state: ProxyState, rollout_id: str) -> Rollout:
+    """The live rollout ``rollout_id``, registering it if it is new (410 if it finished)."""
+    rollout = state.rollouts.get(rollout_id)
+    if rollout is not None:
+        return rollout
+    if state.rollouts.finished(rollout_id) is not None:
+        raise _finished(rollout_id)
+    return state.start_rollout(rollout_id, mint_key=False)
+
+
+def attribute(state: ProxyState, request: Request) -> Rollout:
+    """The live rollout this call records into, or a 401/403/404/410 ProxyError."""
+    key = request_key(request)
+    key_rollout = None
+    if key and key.startswith(KEY_PREFIX):
+        key_rollout = state.rollouts.by_key(key)
+        if key_rollout is None:
+            done = state.rollouts.finished_by_key(key)
+            if done is not None:
+                raise _finished(done.rollout_id)
+            raise ProxyError(
+                401,
+                "unknown rollout key: mint one with POST /admin/rollouts",
+                code="invalid_api_key",
+            )
+    path_id = request.path_params.get("rollout_id")
+    if path_id:
+        if key_rollout is not None and key_rollout.rollout_id != path_id:
+            raise ProxyError(
+                403, "this rollout key belongs to another rollout", code="rollout_mismatch"
+            )
+        rollout = state.rollouts.get(path_id)
+        if rollout is None:
+            if state.rollouts.finished(path_id) is not None:
+                raise _finished(path_id)
+            if not state.config.auto_register:
+                raise ProxyError(
+                    404,
+                    f"unknown rollout {path_id!r}: register it with "
+                    "POST /admin/rollouts (or start the proxy with --auto-register)",
+                    code="rollout_not_found",
+                )
+            rollout = state.start_rollout(path_id, mint_key=False)
+        if state.config.require_keys and rollout.api_key and key_rollout is None:
+            raise ProxyError(401, "this rollout requires its key", code="invalid_api_key")
+        return rollout
+    if key_rollout is not None:
+        return key_rollout
+    if state.config.open_mode:
+        session = session_identity(request, state.config.session_headers)
+        if session:
+            return _live_or_new(state, f"session-{session}")
+        raise ProxyError(
+            401,
+            "open mode: no session identity header "
+            f"({', '.join(state.config.session_headers)}) on this request",
+            code="no_session",
+        )
+    raise ProxyError(
+        401,
+        "no rollout: call /rollout/{rollout_id}/v1/..., send a rollout key, "
+        "or start the proxy in open mode",
+        code="no_rollout",
+    )
+
+
+async def read_body(state: ProxyState, request: Request) -> dict[str, Any]:
+    """The request's JSON object body; 413 past ``max_body_bytes``, 400 if it is not one."""
+    limit = state.config.max_body_bytes
+    declared = request.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > limit:
+        raise ProxyError(413, f"request body of {declared} bytes exceeds the {limit}-byte limit")
+    raw = bytearray()
+    async for part in request.stream():
+        raw += part
+        if len(raw) > limit:
+            raise ProxyError(413, f"request body exceeds the {limit}-byte limit")
+    try:
+        body = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ProxyError(400, f"request body is not valid JSON: {exc}") from exc
+    if not isinstance(body, dict):
+        raise ProxyError(400, "request body must be a JSON object")
+    return body

@@ -1,0 +1,96 @@
+"""One call: attribute, translate, generate upstream, answer (streamed or not), record.
+
+Streams are answered as the upstream streams (time to first token is kept), but the response
+headers wait for the upstream's first chunk, so an upstream error keeps its HTTP status and
+``Retry-After``. A client that goes away mid-stream aborts the upstream request; the partial
+generation is recorded with status ``client_disconnected``. The slot, the completion event and
+the metrics are the :class:`~proxy.lifecycle.CallLifecycle`'s, whose exit runs once per call.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncGenerator
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.types import Receive, Scope, Send
+
+from proxy.attribution import attribute, read_body
+from proxy.dialects.base import Dialect, StreamEncoder, error_response
+from proxy.errors import ProxyError
+from proxy.generation import Delta, GenerationStream
+from proxy.lifecycle import CallLifecycle, count_rejected
+from proxy.state import ProxyState, now_us
+from proxy.toolparse import TextDelta
+
+SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
+
+
+class CallStream(StreamingResponse):
+    """An SSE response that owns the rest of its call's lifecycle: when the response ends (the
+    last byte, a disconnect, an error), it closes the body and runs the lifecycle's exit."""
+
+    def __init__(self, body: AsyncGenerator[bytes, None], exit_: contextlib.AsyncExitStack):
+        super().__init__(body, media_type="text/event-stream", headers=SSE_HEADERS)
+        self._body, self._exit = body, exit_
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        async with self._exit:
+            try:
+                await super().__call__(scope, receive, send)
+            finally:
+                await self._body.aclose()
+
+
+def _encode(encoder: StreamEncoder, delta: Delta) -> bytes:
+    if isinstance(delta, TextDelta):
+        return encoder.text(delta.text)
+    return encoder.tool_call(delta.call)
+
+
+async def _sse(
+    lifecycle: CallLifecycle, generation: GenerationStream, first: list[Delta]
+) -> AsyncGenerator[bytes, None]:
+    """The answer as SSE; an upstream error after the headers becomes an in-band error event."""
+    dialect, req = lifecycle.dialect, lifecycle.req
+    encoder = dialect.stream(req, lifecycle.meta, generation.gen.prompt_tokens)
+    try:
+        yield encoder.start()
+        for delta in first:
+            yield _encode(encoder, delta)
+        async for delta in generation.rest():
+            yield _encode(encoder, delta)
+        yield encoder.finish(generation.gen)
+        lifecycle.complete()
+    except ProxyError as exc:
+        lifecycle.fail(exc)
+        yield dialect.stream_error(exc)
+
+
+async def handle(state: ProxyState, request: Request, dialect: Dialect) -> Response:
+    """Answer one call in ``dialect``; every error is a response in that dialect."""
+    received = now_us()
+    try:
+        rollout = attribute(state, request)
+        body = await read_body(state, request)
+        req = dialect.parse(body)
+    except ProxyError as exc:
+        count_rejected(state, dialect, exc)
+        return error_response(exc, dialect)
+    lifecycle = CallLifecycle(state, dialect, rollout, req, body, received)
+    try:
+        async with contextlib.AsyncExitStack() as stack:
+            await stack.enter_async_context(lifecycle)
+            generation = await lifecycle.begin()
+            first = await generation.first()  # upstream errors surface here, before any byte
+            lifecycle.answered(200)
+            if req.stream:
+                return CallStream(_sse(lifecycle, generation, first), stack.pop_all())
+            async for _ in generation.rest():
+                pass
+            answer = dialect.respond(generation.gen, req, lifecycle.meta)
+            lifecycle.complete(answer)
+            return JSONResponse(answer)
+    except ProxyError as exc:
+        return error_response(exc, dialect)

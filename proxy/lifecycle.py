@@ -1,0 +1,192 @@
+"""One call's lifecycle, with a single exit: slot, completion event and metrics.
+
+``async with CallLifecycle(...)`` takes a concurrency slot on entry (waiting out, or refusing
+during, a weight swap). Its exit, whatever ended the call (success, an upstream error, a refusal,
+a client that went away, a bug), does exactly once and in this order: settle the call's status,
+abort the upstream request if it still runs, record the completion event (if the call got as far
+as a call index), count the call's metrics, release the slot.
+
+A streamed answer outlives the handler that starts it: the handler hands the lifecycle's exit to
+the response (:class:`proxy.calls.CallStream`), which runs it when the response ends.
+
+Statuses: the caller settles a call with :meth:`CallLifecycle.complete` (OK) or
+:meth:`CallLifecycle.fail` (an upstream error: UPSTREAM_ERROR, or TIMEOUT for 408/504); a
+prompt longer than the context is REJECTED by :meth:`CallLifecycle.begin`; a ProxyError that
+leaves the ``async with`` unsettled is an upstream failure; anything else that leaves it
+unsettled (cancellation, a disconnect, an exception) is CLIENT_DISCONNECTED.
+"""
+
+from __future__ import annotations
+
+from types import TracebackType
+from typing import Any
+
+from proxy.canonical import CallRequest, Generation
+from proxy.dialects.base import Dialect, ResponseMeta, new_id
+from proxy.errors import ProxyError
+from proxy.generation import GenerationStream
+from proxy.recording import CallContext, completion_event, new_event_id
+from proxy.rollouts import Rollout
+from proxy.state import ProxyState, now_us
+from schemas.enums import CompletionStatus
+
+
+def count_rejected(state: ProxyState, dialect: Dialect, error: ProxyError) -> None:
+    """Count a call refused before it got a slot (attribution, body, parse, pause, limit)."""
+    state.metrics.calls.labels(dialect.name.value, str(error.status)).inc()
+    state.metrics.errors.labels("rejected").inc()
+
+
+class CallLifecycle:
+    """A call from admission to its completion event. Not reusable: one ``async with`` each."""
+
+    def __init__(
+        self,
+        state: ProxyState,
+        dialect: Dialect,
+        rollout: Rollout,
+        req: CallRequest,
+        body: dict[str, Any],
+        received_us: int,
+    ) -> None:
+        self.state, self.dialect, self.rollout = state, dialect, rollout
+        self.req, self.body, self.received_us = req, body, received_us
+        self.ctx: CallContext | None = None  # set by begin(): the call has an index
+        self.generation: GenerationStream | None = None  # set by begin(): it goes upstream
+        self.meta = ResponseMeta(new_id(dialect.id_prefix), req.model)
+        self._settled = False
+        self._answered: int | None = None  # the HTTP status the harness gets
+        self._state = "new"  # new -> admitted -> exited
+
+    async def __aenter__(self) -> CallLifecycle:
+        if self._state != "new":
+            raise RuntimeError("a CallLifecycle is entered once")
+        try:
+            await self.state.admit()
+        except ProxyError as exc:
+            count_rejected(self.state, self.dialect, exc)
+            raise
+        self._state = "admitted"
+        return self
+
+    async def begin(self) -> GenerationStream:
+        """Number and plan the call, then open its generation upstream (lazily: nothing is
+        sent before the first read). A prompt that leaves no room in the context is recorded
+        as REJECTED and raised as a 400 ``context_length_exceeded``."""
+        state, req = self.state, self.req
+        call_index, plan = await self.rollout.begin_call(req, state.renderer)
+        self.ctx = CallContext(
+            new_event_id(),
+            self.rollout,
+            call_index,
+            req,
+            plan,
+            self.body,
+            self.received_us,
+            state.policy_version,
+        )
+        room = state.max_model_len - len(plan.prompt_ids)
+        if room < 1:
+            too_long = ProxyError(
+                400,
+                f"the prompt is {len(plan.prompt_ids)} tokens; the model's context is "
+                f"{state.max_model_len}: shorten the conversation",
+                code="context_length_exceeded",
+            )
+            self._settle(CompletionStatus.REJECTED, too_long.message)
+            raise too_long
+        max_tokens = min(req.sampling.max_tokens or state.config.default_max_tokens, room)
+        if state.config.max_tokens_cap is not None:
+            max_tokens = min(max_tokens, state.config.max_tokens_cap)
+        chunks = state.upstream.generate(plan.prompt_ids, req.sampling, max_tokens)
+        self.generation = GenerationStream(chunks, len(plan.prompt_ids), self._first_token)
+        return self.generation
+
+    def answered(self, status: int) -> None:
+        """The harness is answered with HTTP ``status`` (counted on exit)."""
+        self._answered = status
+
+    def complete(self, response_body: dict[str, Any] | None = None) -> None:
+        """The call ended as it should; ``response_body`` is the answer sent (for a stream,
+        None: the equivalent non-streamed body is recorded)."""
+        if self.ctx is not None:
+            self.ctx.response_body = response_body
+        self._settle(CompletionStatus.OK, None)
+
+    def fail(self, error: ProxyError) -> None:
+        """The upstream failed: TIMEOUT for 408/504, else UPSTREAM_ERROR."""
+        timeout = error.status in (408, 504)
+        status = CompletionStatus.TIMEOUT if timeout else CompletionStatus.UPSTREAM_ERROR
+        self._settle(status, error.message)
+        self.state.metrics.errors.labels("upstream").inc()
+
+    def _settle(self, status: CompletionStatus, error: str | None) -> None:
+        if self._settled:
+            return
+        self._settled = True
+        if self.ctx is not None:
+            self.ctx.status, self.ctx.error = status, error
+
+    def _first_token(self) -> None:
+        assert self.ctx is not None
+        self.ctx.first_token_us = now_us()
+        self.state.metrics.first_token.labels(self.dialect.name.value).observe(
+            (self.ctx.first_token_us - self.received_us) / 1e6
+        )
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._state != "admitted":
+            return  # exited already: the single exit runs once
+        self._state = "exited"
+        try:
+            if isinstance(exc, ProxyError):
+                self._answered = exc.status  # the error response that follows
+                if self.ctx is not None and not self._settled:
+                    self.fail(exc)
+            elif not self._settled:
+                streaming = self.req.stream and self._answered is not None
+                self._settle(
+                    CompletionStatus.CLIENT_DISCONNECTED,
+                    "client disconnected mid-stream" if streaming else None,
+                )
+            try:
+                if self.generation is not None:
+                    await self.generation.close()
+            finally:
+                if self.ctx is not None:
+                    self._record(self.ctx)
+                if self._answered is not None:
+                    self.state.metrics.calls.labels(
+                        self.dialect.name.value, str(self._answered)
+                    ).inc()
+        finally:
+            self.state.release()
+
+    def _record(self, ctx: CallContext) -> None:
+        """Publish the completion event, advance the rollout's continuity, count tokens."""
+        state = self.state
+        gen = (
+            self.generation.gen
+            if self.generation
+            else Generation(prompt_tokens=len(ctx.plan.prompt_ids))
+        )
+        ctx.done_us = now_us()
+        if ctx.status is CompletionStatus.OK and ctx.response_body is None:
+            ctx.response_body = self.dialect.respond(gen, ctx.req, self.meta)
+        event = completion_event(ctx, gen, state.config.record_bodies)
+        self.rollout.commit(ctx.plan, ctx.event_id, ctx.req, gen, ctx.status)
+        state.publisher.publish([event])
+        m = state.metrics
+        m.tokens.labels("prompt").inc(len(ctx.plan.prompt_ids))
+        m.tokens.labels("completion").inc(len(gen.token_ids))
+        if not ctx.plan.rendered:
+            m.tokens.labels("reused").inc(event.prompt_ref_tokens)
+        m.continuity.labels(ctx.plan.continuity.value).inc()
+        m.latency.labels(ctx.req.dialect.value, str(ctx.req.stream).lower()).observe(
+            (ctx.done_us - ctx.received_us) / 1e6
+        )
