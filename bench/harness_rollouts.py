@@ -94,6 +94,7 @@ def run_kind(kind: str, rollouts: int, work: Path, vllm: VLLMServer | None) -> s
                     tmp / "rollouts",
                     rollout_id=rollout_id,
                     timeout_s=300,
+                    admin_token=proxy.config.admin_token,
                 )
                 proxy.flush()
             tally.rollouts += 1

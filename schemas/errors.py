@@ -46,3 +46,9 @@ class EventLogUnavailable(EventLogError):
 class EventLogCorrupt(EventLogError):
     """A record cannot be read: crc mismatch, an entry that is not the offset it should be, or an
     offset outside the log. Retrying does not help; the message names the record and the fix."""
+
+
+class InfrastructureError(OpenForgeError):
+    """A rollout failed for a reason that is not the agent's doing (the sandbox did not start,
+    the proxy was unreachable, the verifier crashed or wrote no reward); the orchestrator
+    retries it with backoff and counts it."""
