@@ -12,3 +12,4 @@ assert bug in source, "the bug is not where the solution expects it"
 path.write_text(source.replace(bug, "(ordered[mid - 1] + ordered[mid]) / 2"))
 PY
 python3 -m unittest
+echo "fixed median in textstats/stats.py; the tests pass"
