@@ -17,6 +17,11 @@ class ConfigError(OpenForgeError):
     """A setting, path or argument is wrong; the message names it and a valid choice."""
 
 
+class TaskError(ConfigError):
+    """A task directory, task.toml or dataset manifest is malformed; the message names the file
+    and the field, and says how to fix it."""
+
+
 class SetupError(OpenForgeError):
     """Something the set-up script installs is missing; run ``scripts/setup``."""
 

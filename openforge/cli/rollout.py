@@ -14,7 +14,8 @@ app = typer.Typer(help="Run agent harnesses through the proxy.", no_args_is_help
 @app.command("run")
 def run(
     harness_name: Annotated[
-        str, typer.Argument(metavar="HARNESS", help="codex, claude-code or openclaw.")
+        str,
+        typer.Argument(metavar="HARNESS", help="agent, claude-code, codex, openclaw or oracle."),
     ],
     task: Annotated[str, typer.Argument(help="The task prompt.")],
     proxy: Annotated[str, typer.Option(help="The proxy's base URL.")] = "http://127.0.0.1:8100",
