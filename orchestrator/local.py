@@ -23,9 +23,6 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from infra.harnesses import Harness
-from infra.harnesses.base import Endpoint, RolloutDirs
-from infra.local.process import kill_tagged
 from infra.sandbox import (
     Limits,
     Mount,
@@ -35,6 +32,10 @@ from infra.sandbox import (
     SandboxResult,
     SandboxSpec,
 )
+
+from infra.harnesses import Harness
+from infra.harnesses.base import Endpoint, RolloutDirs
+from infra.local.process import kill_tagged
 from infra.tasks import Task, read_reward
 from orchestrator.backend import ROLLOUT_BACKENDS, AgentEnd, BackendName, RolloutBackend, Verified
 from orchestrator.backend import RolloutJob as Job
@@ -103,7 +104,7 @@ class LocalBackend(RolloutBackend):
         return Limits(memory_mib=task.environment.memory_mb, max_processes=self.max_processes)
 
     def run(self, job: Job, on_agent_end: Callable[[AgentEnd], None]) -> Verified:
-        task, harness = job.task, job.harness
+        task = job.task
         workdir = task.environment.workdir
         try:
             dirs = lay_out(task, job.root)

@@ -13,8 +13,8 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from orchestrator.rundir import RolloutRecord, Status
 from orchestrator.run import Counts
+from orchestrator.rundir import RolloutRecord, Status
 
 
 def status_line(counts: Counts, elapsed_s: float) -> Text:

@@ -20,6 +20,7 @@ stops new starts, kills every running sandbox and returns what finished.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -125,10 +126,8 @@ class Orchestrator:
             except BaseException:  # Ctrl-C / SIGTERM in the main thread: stop everything
                 self.cancel()
                 for future in running:
-                    try:
+                    with contextlib.suppress(Exception):  # each one's record says how it ended
                         records.append(future.result(timeout=60))
-                    except Exception:  # noqa: BLE001 - reported as cancelled below
-                        pass
                 raise
             finally:
                 for p in pending:
@@ -137,15 +136,17 @@ class Orchestrator:
                 self.run_dir.write_summary(records)
         return records
 
-    def _phase(self, p: PlannedRollout, rollout_id: str, phase: RolloutPhase, **kw: str) -> None:
+    def _phase(
+        self, p: PlannedRollout, rollout_id: str, phase: RolloutPhase, message: str | None = None
+    ) -> None:
         self.admin.record_phase(
             rollout_id,
             phase,
+            message=message,
             task_id=p.task.id,
             group_id=p.group_id,
             harness=self.harness.name,
             backend=self.backend.name,
-            **kw,
         )
 
     def _rollout(self, p: PlannedRollout) -> RolloutRecord:
@@ -180,10 +181,9 @@ class Orchestrator:
             self._update(running=-1)
 
     def _record_infra_failure(self, p: PlannedRollout, rollout_id: str, why: str) -> None:
-        try:
+        # If the proxy itself is what failed, the run directory still says so.
+        with contextlib.suppress(ServiceError):
             self._phase(p, rollout_id, RolloutPhase.INFRA_FAILED, message=why[:2000])
-        except ServiceError:
-            pass  # the proxy itself is what failed: the run directory still says so
 
     def _attempt(self, p: PlannedRollout, rollout_id: str, attempt: int) -> RolloutRecord:
         try:
@@ -229,12 +229,10 @@ class Orchestrator:
             raise InfrastructureError(str(exc)) from exc
         finally:
             if not ended:  # never got to the agent's end: close the rollout at the proxy
-                try:
+                with contextlib.suppress(ServiceError):
                     self.admin.finish_rollout(
                         rollout_id, RolloutPhase.FAILED, backend=self.backend.name
                     )
-                except ServiceError:
-                    pass
         return self._score(p, rollout_id, attempt, verified)
 
     def _score(

@@ -1,10 +1,10 @@
 """A job's run directory: one folder per rollout attempt, and a summary at the end.
 
-    OUT/rollouts/ROLLOUT/           one attempt (see orchestrator.local for what is inside:
-                                    workspace, home, logs/agent, logs/verifier with the
-                                    verifier's reward.txt / reward.json as written, outputs)
-    OUT/rollouts/ROLLOUT/result.json    how it ended and its reward
-    OUT/summary.json, summary.csv   one row per rollout (its last attempt)
+OUT/rollouts/ROLLOUT/           one attempt (see orchestrator.local for what is inside:
+                                workspace, home, logs/agent, logs/verifier with the
+                                verifier's reward.txt / reward.json as written, outputs)
+OUT/rollouts/ROLLOUT/result.json    how it ended and its reward
+OUT/summary.json, summary.csv   one row per rollout (its last attempt)
 """
 
 from __future__ import annotations
