@@ -1,5 +1,6 @@
 """Agent harnesses run unmodified through the proxy: Codex CLI, Claude Code, OpenClaw, the
-built-in ``agent``, and the ``oracle`` that runs a task's own solution (no model)."""
+built-in ``agent``, the ``oracle`` that runs a task's own solution and ``noop`` that does nothing
+(these two call no model)."""
 
 from __future__ import annotations
 
@@ -15,22 +16,22 @@ from infra.harnesses.base import (
 from infra.harnesses.claude_code import ClaudeCode
 from infra.harnesses.codex import Codex
 from infra.harnesses.openclaw import OpenClaw
-from infra.harnesses.oracle import Oracle
+from infra.harnesses.oracle import NoOp, Oracle
 from schemas.registry import Registry
 
 HARNESSES: Registry[type[Harness]] = Registry("harness")
-for _cls in (Codex, ClaudeCode, OpenClaw, Agent, Oracle):
+for _cls in (Codex, ClaudeCode, OpenClaw, Agent, Oracle, NoOp):
     HARNESSES.add(_cls.name, _cls)
 
 
 def harness(name: str) -> Harness:
-    """The harness called ``name`` (agent, claude-code, codex, openclaw, oracle), with default
-    settings."""
+    """The harness called ``name`` (agent, claude-code, codex, noop, openclaw, oracle), with
+    default settings."""
     return HARNESSES.get(name)()
 
 
 def model_harnesses() -> list[str]:
-    """The names of the harnesses that call a model (all but the oracle), sorted."""
+    """The names of the harnesses that call a model (all but oracle and noop), sorted."""
     return [name for name in HARNESSES if HARNESSES[name].dialect is not None]
 
 
@@ -42,6 +43,7 @@ __all__ = [
     "Endpoint",
     "Harness",
     "Invocation",
+    "NoOp",
     "NpmHarness",
     "OpenClaw",
     "Oracle",

@@ -56,3 +56,32 @@ class Oracle(Harness):
         """The final message is the solution's last line of output."""
         lines = [line for line in stdout.splitlines() if line.strip()]
         return Report(final_message=lines[-1] if lines else None)
+
+
+class NoOp(Harness):
+    """Does nothing and exits 0: the baseline that shows a task's verifier can fail (a task
+    whose verifier gives the do-nothing run a reward above 0 is a broken task)."""
+
+    name = "noop"
+    dialect = None
+
+    @property
+    def version(self) -> str:
+        return "1"
+
+    def executable(self) -> Path:
+        return Path("/bin/true")
+
+    def read_only_paths(self) -> list[Path]:
+        return []
+
+    def bin_dirs(self) -> list[Path]:
+        return []
+
+    def invocation(
+        self, task: str, endpoint: Endpoint, dirs: RolloutDirs, timeout_s: float
+    ) -> Invocation:
+        return Invocation([str(self.executable())], self.base_env(dirs, endpoint), dirs.workspace)
+
+    def report(self, stdout: str) -> Report:
+        return Report()

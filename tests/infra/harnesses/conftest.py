@@ -14,7 +14,7 @@ import pytest
 
 from infra.harnesses import HARNESSES, Harness, model_harnesses
 from infra.local.vllm import VLLMServer
-from infra.paths import cache_dir
+from infra.paths import default_tiny_dir
 from infra.tiny_model import TinyModelSpec, build_tiny_model
 
 LONG_CONTEXT = 65536
@@ -24,7 +24,7 @@ LONG_CONTEXT = 65536
 def long_model_dir() -> Path:
     """The tiny model (same seed, same weights) with a 64k-token context."""
     spec = TinyModelSpec(max_position_embeddings=LONG_CONTEXT)
-    return build_tiny_model(cache_dir() / "models" / "tiny-seed0-ctx64k", seed=0, spec=spec)
+    return build_tiny_model(default_tiny_dir(0, LONG_CONTEXT), seed=0, spec=spec)
 
 
 @pytest.fixture(scope="package")

@@ -91,7 +91,7 @@ def test_missing_install_says_how_to_install(
     with pytest.raises(SetupError, match="scripts/setup harnesses"):
         OpenClaw().node_bin_dir()
     with pytest.raises(
-        ConfigError, match="choose one of agent, claude-code, codex, openclaw, oracle"
+        ConfigError, match="choose one of agent, claude-code, codex, noop, openclaw, oracle"
     ):
         harness("zeroclaw")
 
