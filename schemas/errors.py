@@ -31,3 +31,8 @@ class SchemaError(OpenForgeError):
 
 class EventLogError(OpenForgeError):
     """The event log (Kafka or the local log) refused an operation."""
+
+
+class SandboxError(OpenForgeError):
+    """A rollout sandbox could not be set up or torn down (a bad spec, a limit it cannot enforce,
+    processes that would not die); the message names the setting or the next step."""
