@@ -5,21 +5,25 @@
 A standalone, stdlib-only script (the sandbox sees no site-packages). It is the sandbox's first
 process after bwrap's own init. Order of events, which is what makes it safe to start the command
 at once: (1) bind and listen on 127.0.0.1:PORT with the plain ``socket`` module, (2) fork and exec
-the command (connections it makes now wait in the listen backlog), (3) import asyncio and relay
-every accepted connection, byte for byte in both directions with half-close, to a new connection
-on SOCKET (the host's proxy, bind-mounted in). When the command exits, this process exits with
-the command's exit code (128 + N if signal N killed it), and the sandbox goes with it.
+the command (connections it makes now wait in the listen backlog), (3) when the first connection
+waits (asyncio is imported meanwhile in a thread), serve with asyncio, relaying each connection
+byte for byte in both directions, with half-close, to a new connection on SOCKET (the host's
+proxy, bind-mounted in). When the command exits, this process exits at once with the command's
+exit code (128 + N if signal N killed it), open connections or not, and the sandbox goes with it.
 """
 
 from __future__ import annotations
 
+import _socket
+import _thread
 import os
-import socket
+import select
 import sys
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # annotations only: asyncio is imported after the command has started
     from asyncio import StreamReader, StreamWriter
+    from socket import socket
 
 CHUNK = 64 * 1024
 
@@ -56,12 +60,11 @@ async def _relay(client_r: StreamReader, client_w: StreamWriter, target: str) ->
     up_w.close()
 
 
-async def _serve(listener: socket.socket, target: str, child: int) -> int:
+async def _serve(listener: socket, target: str, child: int, pidfd: int) -> int:
     import asyncio
 
     loop = asyncio.get_running_loop()
     exited = loop.create_future()
-    pidfd = os.pidfd_open(child)
 
     def on_exit() -> None:
         if not exited.done():
@@ -80,8 +83,9 @@ def main(argv: list[str]) -> int:
         print("usage: forwarder.py PORT SOCKET COMMAND [ARG...]", file=sys.stderr)
         return 2
     port, target, command = int(argv[0]), argv[1], argv[2:]
-    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    # The C modules (_socket, _thread), not socket and threading: ~20 ms less start-up here.
+    listener = _socket.socket(_socket.AF_INET, _socket.SOCK_STREAM)
+    listener.setsockopt(_socket.SOL_SOCKET, _socket.SO_REUSEADDR, 1)
     listener.bind(("127.0.0.1", port))
     listener.listen(512)
     child = os.fork()
@@ -91,9 +95,18 @@ def main(argv: list[str]) -> int:
         except OSError as exc:
             print(f"openforge-sandbox: cannot run {command[0]!r}: {exc}", file=sys.stderr)
         os._exit(127)
+    # asyncio takes ~0.1 s to import: warm it up beside the command, but exit as soon as the
+    # command does, and start serving only when the first connection is waiting.
+    _thread.start_new_thread(__import__, ("asyncio",))
+    pidfd = os.pidfd_open(child)
+    ready, _, _ = select.select([pidfd, listener.fileno()], [], [])
+    if pidfd in ready:
+        return _exit_code(os.waitpid(child, 0)[1])
     import asyncio
+    import socket as socket_module
 
-    return asyncio.run(_serve(listener, target, child))
+    sock = socket_module.socket(fileno=listener.detach())
+    return asyncio.run(_serve(sock, target, child, pidfd))
 
 
 if __name__ == "__main__":

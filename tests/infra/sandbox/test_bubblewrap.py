@@ -10,7 +10,8 @@ import socket
 import socketserver
 import threading
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -103,28 +104,25 @@ def run(backend: BubblewrapSandbox, rollout: Path) -> Run:
     return Run(backend, rollout)
 
 
-def _while_running(action: Callable[[], None]) -> threading.Thread:
-    thread = threading.Thread(target=action, daemon=True)
-    thread.start()
-    return thread
+class _PidWatch:
+    """Watches from a thread while a run goes on: waits until ``count`` marked processes run on
+    the host, records their pids in ``seen``, then (optionally) writes ``release``."""
 
+    def __init__(self, run: Run, count: int, release: Path | None = None) -> None:
+        self.run, self.count, self.release = run, count, release
+        self.seen: list[int] = []
+        self.thread = threading.Thread(target=self._watch, daemon=True)
+        self.thread.start()
 
-def _wait_for_pids(run: Run, count: int, release: Path | None = None) -> Callable[[], None]:
-    """An action that waits until ``count`` marked processes run, records them, then releases."""
-    seen: list[int] = []
-
-    def action() -> None:
+    def _watch(self) -> None:
         for _ in range(400):
-            pids = run.marked_pids()
-            if len(pids) >= count:
-                seen.extend(pids)
+            pids = self.run.marked_pids()
+            if len(pids) >= self.count:
+                self.seen = pids
                 break
             threading.Event().wait(0.025)
-        if release is not None:
-            release.write_text("go")
-
-    action.seen = seen  # type: ignore[attr-defined]
-    return action
+        if self.release is not None:
+            self.release.write_text("go")
 
 
 def _running(pid: int) -> bool:
@@ -291,31 +289,27 @@ def test_a_missing_proxy_socket_fails_to_start(run: Run, tmp_path: Path) -> None
 
 
 def test_background_processes_are_gone_after_run(run: Run) -> None:
-    release = run.rollout / "workspace" / "release"
-    watch = _wait_for_pids(run, 2, release)
-    thread = _while_running(watch)
+    watch = _PidWatch(run, 2, release=run.rollout / "workspace" / "release")
     result = run(
         "sh",
         "-c",
         "setsid nohup sleep 1000 >/dev/null 2>&1 & "
         "while [ ! -e /app/release ]; do sleep 0.02; done",
     )
-    thread.join()
+    watch.thread.join()
     assert result.ok, (result, run.err)
-    seen: list[int] = watch.seen  # type: ignore[attr-defined]
-    assert len(seen) >= 2  # the shell and its daemon were seen running on the host
-    _nothing_left(run, result, seen)
+    assert len(watch.seen) >= 2  # the shell and its daemon were seen running on the host
+    _nothing_left(run, result, watch.seen)
 
 
 def test_timeout_kills_the_whole_sandbox(run: Run) -> None:
-    watch = _wait_for_pids(run, 3)
-    thread = _while_running(watch)
+    watch = _PidWatch(run, 3)
     result = run("sh", "-c", "sleep 1000 & setsid sleep 1000 & wait", timeout_s=1.0)
-    thread.join()
+    watch.thread.join()
     assert result.outcome is SandboxOutcome.TIMED_OUT and result.exit_code is None
     assert 1.0 <= result.duration_s < 5.0
-    assert len(watch.seen) >= 3  # type: ignore[attr-defined]
-    _nothing_left(run, result, watch.seen)  # type: ignore[attr-defined]
+    assert len(watch.seen) >= 3  # the shell and both sleeps were seen running on the host
+    _nothing_left(run, result, watch.seen)
 
 
 def test_exit_codes_and_signals_propagate(run: Run) -> None:
@@ -434,3 +428,28 @@ def test_the_run_is_in_new_namespaces(run: Run) -> None:
     outside = [os.readlink(f"/proc/self/ns/{n}") for n in names]
     assert len(inside) == len(names)
     assert all(i != o for i, o in zip(inside, outside, strict=True)), (inside, outside)
+
+
+def test_concurrent_runs_from_threads_stay_apart(
+    backend: BubblewrapSandbox, tmp_path: Path
+) -> None:
+    """Rollouts run side by side (``asyncio.to_thread`` style): each sees only its own files
+    and processes, and all of them are cleaned up."""
+    runs = []
+    for i in range(4):
+        (tmp_path / f"r{i}" / "workspace").mkdir(parents=True)
+        (tmp_path / f"r{i}" / "tests").mkdir()
+        runs.append(Run(backend, tmp_path / f"r{i}"))
+    script = "echo $N > /app/mine; sleep 0.3; ls /proc | grep -c '^[0-9]'; ls -A /app"
+    with ThreadPoolExecutor(4) as pool:
+        futures = [
+            pool.submit(r, "sh", "-c", script, env={"N": str(i)}) for i, r in enumerate(runs)
+        ]
+        results = [f.result() for f in futures]
+    for i, (r, result) in enumerate(zip(runs, results, strict=True)):
+        assert result.ok, (result, r.err)
+        assert (r.rollout / "workspace" / "mine").read_text() == f"{i}\n"
+        count, *files = r.out.split()
+        assert files == ["mine"] and int(count) <= 6  # bwrap's init, sh, sleep/ls/grep: no others
+        _nothing_left(r, result, [])
+    assert len({result.namespaces["pid"] for result in results}) == 4
