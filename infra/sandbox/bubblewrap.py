@@ -130,39 +130,43 @@ def bwrap_binary() -> Path:
 
 
 class _Init:
-    """The sandbox's init (bwrap's pid 1) by host pid and start time, so a reused pid is not it.
-    Once it is dead, so is everything else in its pid namespace (the kernel kills and reaps
-    them first); it may stay a zombie until the machine's init reaps it."""
+    """The sandbox's init (bwrap's pid 1), held by a pidfd so that a reused pid cannot pass for
+    it. Once it has exited, so has everything else in its pid namespace (the kernel kills and
+    reaps them first); it may stay a zombie until the machine's init reaps it."""
 
     def __init__(self, pid: int) -> None:
         self.pid = pid
-        self.start = self._stat()[1]
-
-    def _stat(self) -> tuple[str, str]:
-        try:
-            fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            return "X", ""
-        return fields[0], fields[19]
-
-    def alive(self) -> bool:
-        state, start = self._stat()
-        return state not in ("Z", "X") and start == self.start
+        self.fd: int | None = None
+        with contextlib.suppress(ProcessLookupError):  # gone already: nothing to wait for
+            self.fd = os.pidfd_open(pid)
 
     def kill(self) -> None:
-        if self.alive():
+        if self.fd is not None:
             with contextlib.suppress(ProcessLookupError):
-                os.kill(self.pid, signal.SIGKILL)
+                signal.pidfd_send_signal(self.fd, signal.SIGKILL)
 
     def wait_dead(self, timeout: float = 10.0) -> None:
-        deadline = time.monotonic() + timeout
-        while self.alive():
-            if time.monotonic() > deadline:
+        if self.fd is None:
+            return
+        try:
+            if not select.select([self.fd], [], [], timeout)[0]:
                 raise SandboxError(
                     f"the sandbox's init (pid {self.pid}) outlived its run by {timeout:.0f}s; "
                     "kill it by hand"
                 )
-            time.sleep(0.002)
+        finally:
+            os.close(self.fd)
+            self.fd = None
+
+
+def _exits_within(proc: subprocess.Popen[bytes], timeout: float) -> bool:
+    """Wait for ``proc`` to exit, at most ``timeout`` s; woken at once by a pidfd (Popen.wait
+    with a timeout polls with sleeps of up to 50 ms)."""
+    fd = os.pidfd_open(proc.pid)
+    try:
+        return bool(select.select([fd], [], [], max(0.0, timeout))[0])
+    finally:
+        os.close(fd)
 
 
 def _read_status(fd: int, deadline: float) -> dict[str, int]:
@@ -291,9 +295,10 @@ class BubblewrapSandbox(SandboxBackend):
                     status = _read_status(status_r, start + spec.timeout_s)
                     if "child-pid" in status:
                         init = _Init(status["child-pid"])
-                    code = proc.wait(timeout=max(0.0, start + spec.timeout_s - time.monotonic()))
-                except subprocess.TimeoutExpired:
-                    timed_out = True
+                    if _exits_within(proc, start + spec.timeout_s - time.monotonic()):
+                        code = proc.wait()
+                    else:
+                        timed_out = True
                 finally:
                     self._stop(proc, init)
             duration = time.monotonic() - start
@@ -302,8 +307,6 @@ class BubblewrapSandbox(SandboxBackend):
             if init is not None:
                 init.wait_dead()
             counters = self._clean_up(cg, sandbox_id)
-        if timed_out:
-            code = None
         namespaces = {
             k.removesuffix("-namespace"): v for k, v in status.items() if k.endswith("-namespace")
         }
