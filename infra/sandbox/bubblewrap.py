@@ -42,9 +42,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import importlib.util
-import json
 import os
-import select
 import shutil
 import signal
 import subprocess
@@ -66,6 +64,7 @@ from infra.sandbox.base import (
     SandboxResult,
     SandboxSpec,
 )
+from infra.sandbox.lifetime import Init, exits_within, read_status
 from schemas.errors import SandboxError, SetupError
 
 FORWARDER = Path(__file__).with_name("forwarder.py")
@@ -127,60 +126,6 @@ def bwrap_binary() -> Path:
             "the host must allow user namespaces (sysctl user.max_user_namespaces > 0)."
         )
     return path
-
-
-class _Init:
-    """The sandbox's init (bwrap's pid 1), held by a pidfd so that a reused pid cannot pass for
-    it. Once it has exited, so has everything else in its pid namespace (the kernel kills and
-    reaps them first); it may stay a zombie until the machine's init reaps it."""
-
-    def __init__(self, pid: int) -> None:
-        self.pid = pid
-        self.fd: int | None = None
-        with contextlib.suppress(ProcessLookupError):  # gone already: nothing to wait for
-            self.fd = os.pidfd_open(pid)
-
-    def kill(self) -> None:
-        if self.fd is not None:
-            with contextlib.suppress(ProcessLookupError):
-                signal.pidfd_send_signal(self.fd, signal.SIGKILL)
-
-    def wait_dead(self, timeout: float = 10.0) -> None:
-        if self.fd is None:
-            return
-        try:
-            if not select.select([self.fd], [], [], timeout)[0]:
-                raise SandboxError(
-                    f"the sandbox's init (pid {self.pid}) outlived its run by {timeout:.0f}s; "
-                    "kill it by hand"
-                )
-        finally:
-            os.close(self.fd)
-            self.fd = None
-
-
-def _exits_within(proc: subprocess.Popen[bytes], timeout: float) -> bool:
-    """Wait for ``proc`` to exit, at most ``timeout`` s; woken at once by a pidfd (Popen.wait
-    with a timeout polls with sleeps of up to 50 ms)."""
-    fd = os.pidfd_open(proc.pid)
-    try:
-        return bool(select.select([fd], [], [], max(0.0, timeout))[0])
-    finally:
-        os.close(fd)
-
-
-def _read_status(fd: int, deadline: float) -> dict[str, int]:
-    """bwrap's first --json-status-fd document ({"child-pid": ..., "pid-namespace": ...}), or {}
-    if bwrap ended (or the deadline passed) before it wrote one."""
-    buf = b""
-    while b"\n" not in buf:
-        ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
-        chunk = os.read(fd, 4096) if ready else b""
-        if not chunk:
-            return {}
-        buf += chunk
-    doc = json.loads(buf.split(b"\n", 1)[0])
-    return {str(k): int(v) for k, v in doc.items()}
 
 
 @contextlib.contextmanager
@@ -259,21 +204,22 @@ class BubblewrapSandbox(SandboxBackend):
             spec.stdout.write_bytes(b"")
             spec.stderr.write_text(f"openforge-sandbox: {problem}\n")
             return SandboxResult(SandboxOutcome.FAILED_TO_START, None, 0.0, problem, sandbox_id)
-        cg = None
-        if self.limits_by is LimitEnforcement.CGROUP_V1:
-            memory = spec.limits.memory_mib * 2**20
-            cg = cgroups.SandboxCgroup(
-                sandbox_id.rsplit(".", 1)[1], memory, spec.limits.max_processes
-            )
-        status_r, status_w = os.pipe()
-        argv = self._limit_wrapper(spec, cg) + self.bwrap_argv(spec, bwrap, status_w)
-        init: _Init | None = None
+        cg: cgroups.SandboxCgroup | None = None
+        init: Init | None = None
         status: dict[str, int] = {}
+        status_r = -1
         code: int | None = None
         timed_out = False
-        start = time.monotonic()
         try:
+            if self.limits_by is LimitEnforcement.CGROUP_V1:
+                memory = spec.limits.memory_mib * 2**20
+                name = sandbox_id.rsplit(".", 1)[1]
+                cg = cgroups.SandboxCgroup(name, memory, spec.limits.max_processes)
+            wrapper = self._limit_wrapper(spec, cg)
+            start = time.monotonic()
             with _output(spec) as (out, err):
+                status_r, status_w = os.pipe()
+                argv = wrapper + self.bwrap_argv(spec, bwrap, status_w)
                 try:
                     proc = subprocess.Popen(
                         argv,
@@ -292,10 +238,10 @@ class BubblewrapSandbox(SandboxBackend):
                 finally:
                     os.close(status_w)
                 try:
-                    status = _read_status(status_r, start + spec.timeout_s)
+                    status = read_status(status_r, start + spec.timeout_s)
                     if "child-pid" in status:
-                        init = _Init(status["child-pid"])
-                    if _exits_within(proc, start + spec.timeout_s - time.monotonic()):
+                        init = Init(status["child-pid"])
+                    if exits_within(proc, start + spec.timeout_s - time.monotonic()):
                         code = proc.wait()
                     else:
                         timed_out = True
@@ -303,7 +249,8 @@ class BubblewrapSandbox(SandboxBackend):
                     self._stop(proc, init)
             duration = time.monotonic() - start
         finally:
-            os.close(status_r)
+            if status_r >= 0:
+                os.close(status_r)
             if init is not None:
                 init.wait_dead()
             counters = self._clean_up(cg, sandbox_id)
@@ -314,7 +261,7 @@ class BubblewrapSandbox(SandboxBackend):
         return dataclasses.replace(result, namespaces=namespaces)
 
     @staticmethod
-    def _stop(proc: subprocess.Popen[bytes], init: _Init | None) -> None:
+    def _stop(proc: subprocess.Popen[bytes], init: Init | None) -> None:
         """If bwrap still runs (the deadline, or we were interrupted): kill its init, which takes
         the whole pid namespace with it, and reap bwrap."""
         if proc.poll() is not None:
