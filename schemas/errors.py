@@ -57,3 +57,8 @@ class InfrastructureError(OpenForgeError):
     """A rollout failed for a reason that is not the agent's doing (the sandbox did not start,
     the proxy was unreachable, the verifier crashed or wrote no reward); the orchestrator
     retries it with backoff and counts it."""
+
+
+class SandboxError(OpenForgeError):
+    """A rollout sandbox could not be set up or torn down (a bad spec, a limit it cannot enforce,
+    processes that would not die); the message names the setting or the next step."""
