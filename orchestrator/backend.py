@@ -23,12 +23,10 @@ from typing import ClassVar
 from infra.harnesses import Harness
 from infra.tasks import Task, VerifierReward
 from schemas.enums import RolloutPhase
-from schemas.registry import Registry
 
 
 class BackendName(StrEnum):
     LOCAL = "local"  # bubblewrap sandboxes on this machine
-    KUBERNETES = "kubernetes"  # one pod per rollout (not built yet)
 
 
 @dataclass(frozen=True)
@@ -82,6 +80,3 @@ class RolloutBackend(abc.ABC):
     @abc.abstractmethod
     def cancel(self) -> None:
         """Stop every rollout running now; their :meth:`run` calls then raise or return."""
-
-
-ROLLOUT_BACKENDS: Registry[Callable[..., RolloutBackend]] = Registry("rollout backend")

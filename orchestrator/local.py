@@ -23,6 +23,9 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
+from infra.harnesses import Harness
+from infra.harnesses.base import Endpoint, RolloutDirs
+from infra.local.process import kill_tagged
 from infra.sandbox import (
     Limits,
     Mount,
@@ -32,12 +35,8 @@ from infra.sandbox import (
     SandboxResult,
     SandboxSpec,
 )
-
-from infra.harnesses import Harness
-from infra.harnesses.base import Endpoint, RolloutDirs
-from infra.local.process import kill_tagged
 from infra.tasks import Task, read_reward
-from orchestrator.backend import ROLLOUT_BACKENDS, AgentEnd, BackendName, RolloutBackend, Verified
+from orchestrator.backend import AgentEnd, BackendName, RolloutBackend, Verified
 from orchestrator.backend import RolloutJob as Job
 from schemas.enums import RolloutPhase
 from schemas.errors import ConfigError, InfrastructureError
@@ -206,6 +205,3 @@ def _agent_end(result: SandboxResult, harness: Harness, stdout: Path, timeout: f
     if result.outcome is not SandboxOutcome.EXITED:  # a limit struck: the agent's doing
         message = f"{result.outcome.value}: {message}"
     return AgentEnd(phase, result.exit_code, result.duration_s, message, final, session)
-
-
-ROLLOUT_BACKENDS.add(BackendName.LOCAL, LocalBackend)

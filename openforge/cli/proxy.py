@@ -61,6 +61,9 @@ def proxy(
     pause_mode: Annotated[
         PauseMode, typer.Option(help="During weight swaps: wait or reject.")
     ] = PauseMode.WAIT,
+    max_model_len: Annotated[
+        int | None, typer.Option(help="Context length (default: the upstream's).")
+    ] = None,
     max_tokens_cap: Annotated[
         int | None, typer.Option(help="Cap on any call's generation budget.")
     ] = None,
@@ -92,6 +95,7 @@ def proxy(
         policy_version=policy_version,
         pause_mode=pause_mode,
         max_tokens_cap=max_tokens_cap,
+        max_model_len=max_model_len,
         finished_rollouts=finished_rollouts,
     )
     # The publisher encodes events in a worker thread; a short GIL switch interval keeps that

@@ -1,4 +1,5 @@
-"""``openforge rollout``: run an agent harness on a task through a running proxy."""
+"""``openforge rollout``: run one harness on a prompt through a running proxy, unsandboxed (for
+debugging a harness; ``openforge rollouts run`` runs tasks in sandboxes)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,9 @@ from typing import Annotated
 
 import typer
 
-app = typer.Typer(help="Run agent harnesses through the proxy.", no_args_is_help=True)
+app = typer.Typer(
+    help="Run one harness through a proxy, unsandboxed (debugging).", no_args_is_help=True
+)
 
 
 @app.command("run")
