@@ -30,8 +30,10 @@ out=/app/probe.json
 can_connect() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 http() {  # METHOD PATH [BODY]: the proxy's answer (status line first)
   exec 3<>/dev/tcp/127.0.0.1/8100 || return 1
-  printf '%s %s HTTP/1.0\r\nHost: proxy\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: %s\r\n\r\n%s' \
-    "$1" "$2" "$OPENFORGE_API_KEY" "${#3}" "$3" >&3
+  local head='%s %s HTTP/1.0\r\nHost: proxy\r\nAuthorization: Bearer %s\r\n'
+  head+='Content-Type: application/json\r\nContent-Length: %s\r\n\r\n%s'
+  # shellcheck disable=SC2059
+  printf "$head" "$1" "$2" "$OPENFORGE_API_KEY" "${#3}" "$3" >&3
   cat <&3
   exec 3<&-
 }
@@ -39,7 +41,8 @@ http() {  # METHOD PATH [BODY]: the proxy's answer (status line first)
   echo '{'
   echo "\"health\": $(http GET /health '' | grep -c '"status":"ok"'),"
   for port in $PORTS; do
-    if can_connect "$port"; then echo "\"port_$port\": \"open\","; else echo "\"port_$port\": \"closed\","; fi
+    if can_connect "$port"; then r=open; else r=closed; fi
+    echo "\"port_$port\": \"$r\","
   done
   if cat "$OTHER_WORKSPACE/secret.txt" >/dev/null 2>&1; then r=readable; else r=hidden; fi
   echo "\"other_workspace\": \"$r\","
