@@ -171,7 +171,8 @@ class LocalBackend(RolloutBackend):
                 cwd=workdir,
                 env=env,
                 mounts=tuple(mounts),
-                proxy=self.proxy,
+                # A harness that calls no model (oracle, noop) gets no network at all.
+                proxy=self.proxy if harness.dialect is not None else None,
                 limits=self._limits(task),
                 timeout_s=task.agent.timeout_sec,
                 home=str(dirs["home"]),

@@ -186,6 +186,7 @@ class Orchestrator:
             self._phase(p, rollout_id, RolloutPhase.INFRA_FAILED, message=why[:2000])
 
     def _attempt(self, p: PlannedRollout, rollout_id: str, attempt: int) -> RolloutRecord:
+        start = time.monotonic()
         try:
             reg = self.admin.register_rollout(
                 rollout_id,
@@ -233,10 +234,10 @@ class Orchestrator:
                     self.admin.finish_rollout(
                         rollout_id, RolloutPhase.FAILED, backend=self.backend.name
                     )
-        return self._score(p, rollout_id, attempt, verified)
+        return self._score(p, rollout_id, attempt, verified, start)
 
     def _score(
-        self, p: PlannedRollout, rollout_id: str, attempt: int, verified: Verified
+        self, p: PlannedRollout, rollout_id: str, attempt: int, verified: Verified, start: float
     ) -> RolloutRecord:
         reward = verified.reward
         assert reward.reward is not None  # the backend raises otherwise
@@ -251,7 +252,9 @@ class Orchestrator:
         )
         with self._lock:
             self.counts.rewards.append(reward.reward)
-        record = RolloutRecord.verified(p, rollout_id, attempt, verified)
+        record = RolloutRecord.verified(
+            p, rollout_id, attempt, verified, time.monotonic() - start
+        )
         self.run_dir.write_record(record)
         return record
 

@@ -41,10 +41,11 @@ class RolloutRecord:
     agent_s: float | None = None
     verifier_s: float | None = None
     message: str = ""
+    wall_s: float | None = None  # the attempt, from registration to the recorded reward
 
     @classmethod
     def verified(
-        cls, p: PlannedRollout, rollout_id: str, attempt: int, v: Verified
+        cls, p: PlannedRollout, rollout_id: str, attempt: int, v: Verified, wall_s: float
     ) -> RolloutRecord:
         return cls(
             rollout_id,
@@ -60,6 +61,7 @@ class RolloutRecord:
             round(v.agent.duration_s, 3),
             round(v.verifier_duration_s, 3),
             v.agent.message,
+            round(wall_s, 4),
         )
 
     @classmethod
