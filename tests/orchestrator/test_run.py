@@ -113,3 +113,21 @@ def test_cancellation_mid_run_leaves_nothing_running(tiny_model_dir: Path, tmp_p
     statuses = sorted(r.status for r in records)  # type: ignore[attr-defined]
     assert statuses.count(Status.CANCELLED) >= 2 and len(statuses) == 4
     assert j.orchestrator.counts.done == 0
+
+
+def test_the_local_backend_refuses_what_it_cannot_provide(tmp_path: Path) -> None:
+    from infra.harnesses import Oracle
+    from infra.sandbox import BubblewrapSandbox, ProxyEndpoint
+    from orchestrator.local import LocalBackend
+    from orchestrator.registry import ROLLOUT_BACKENDS
+
+    root = _task(tmp_path / "imaged", "#!/bin/bash\n")
+    toml = root / "task.toml"
+    toml.write_text(toml.read_text() + 'docker_image = "ghcr.io/example/torch:2"\n')
+    backend = LocalBackend(BubblewrapSandbox(), ProxyEndpoint(tmp_path / "p.sock", 8100))
+    with pytest.raises(ConfigError, match="--backend kubernetes"):
+        backend.check(load_task(root), NoOp())
+    with pytest.raises(ConfigError, match="no solution/solve.sh"):
+        backend.check(load_task(_task(tmp_path / "unsolved", "#!/bin/bash\n")), Oracle())
+    with pytest.raises(ConfigError, match="unknown rollout backend 'k8s': choose one of local"):
+        ROLLOUT_BACKENDS.get("k8s")
