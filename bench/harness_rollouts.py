@@ -24,7 +24,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from infra.harnesses import HARNESSES, Harness
+from infra.harnesses import HARNESSES, Harness, model_harnesses
 from infra.harnesses.runner import run_rollout
 from infra.local.vllm import VLLMServer
 from infra.paths import cache_dir
@@ -53,7 +53,7 @@ class Tally:
         failed = sum(e.status is not CompletionStatus.OK for e in self.events)
         exits = ", ".join(f"{k}: {v}" for k, v in sorted(self.exits.items(), key=str))
         return (
-            f"| {harness.name} {harness.version} | {harness.dialect.value} | {streamed:.0%} "
+            f"| {harness.name} {harness.version} | {harness.dialect} | {streamed:.0%} "
             f"| {calls / max(self.rollouts, 1):.1f} | {rates} | {side} | {retries} | {failed} "
             f"| {exits} | {statistics.mean(self.walls):.1f} / {max(self.walls):.1f} |"
         )
@@ -68,7 +68,7 @@ HEADER = (
 
 def run_kind(kind: str, rollouts: int, work: Path, vllm: VLLMServer | None) -> str:
     rows = []
-    for name in sorted(HARNESSES):
+    for name in model_harnesses():
         harness = HARNESSES[name]()
         tally = Tally()
         for i in range(rollouts):
@@ -94,6 +94,7 @@ def run_kind(kind: str, rollouts: int, work: Path, vllm: VLLMServer | None) -> s
                     tmp / "rollouts",
                     rollout_id=rollout_id,
                     timeout_s=300,
+                    admin_token=proxy.config.admin_token,
                 )
                 proxy.flush()
             tally.rollouts += 1

@@ -66,9 +66,17 @@ def kafka_libs() -> Path:
     return path
 
 
-def default_tiny_dir(seed: int = 0) -> Path:
-    """Where the tiny model of ``seed`` is built and cached (``openforge model build-tiny``)."""
-    return cache_dir() / "models" / f"tiny-seed{seed}"
+def default_tiny_dir(seed: int = 0, context: int = 4096) -> Path:
+    """Where the tiny model of ``seed`` with a ``context``-token window is built and cached
+    (``openforge model build-tiny``); the same seed gives the same weights at any context."""
+    suffix = (
+        ""
+        if context == 4096
+        else f"-ctx{context // 1024}k"
+        if context % 1024 == 0
+        else f"-ctx{context}"
+    )
+    return cache_dir() / "models" / f"tiny-seed{seed}{suffix}"
 
 
 def runtime_dir(name: str) -> Path:

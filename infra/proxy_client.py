@@ -40,16 +40,17 @@ class ProxyAdmin:
         self.url = url.rstrip("/")
         self.token = token
         self.timeout = timeout
+        # One client, shared by threads: kept-alive connections, one TLS context (building a
+        # fresh client per call costs tens of milliseconds).
+        self._client = httpx.Client(timeout=timeout)
 
-    def _call(
-        self, method: str, path: str, body: dict[str, Any] | None = None, key: str | None = None
-    ) -> dict[str, Any]:
-        credential = key or self.token
-        headers = {"authorization": f"Bearer {credential}"} if credential else {}
+    def close(self) -> None:
+        self._client.close()
+
+    def _call(self, method: str, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+        headers = {"authorization": f"Bearer {self.token}"} if self.token else {}
         try:
-            resp = httpx.request(
-                method, f"{self.url}{path}", json=body, headers=headers, timeout=self.timeout
-            )
+            resp = self._client.request(method, f"{self.url}{path}", json=body, headers=headers)
         except httpx.HTTPError as exc:
             raise ServiceError(
                 f"cannot reach the proxy at {self.url} ({method} {path}): {exc!r}. "
@@ -114,6 +115,33 @@ class ProxyAdmin:
             body["message"] = message
         self._call("POST", f"/admin/rollouts/{rollout_id}/finish", body)
 
+    def record_phase(
+        self,
+        rollout_id: str,
+        phase: RolloutPhase,
+        *,
+        message: str | None = None,
+        task_id: str | None = None,
+        group_id: str | None = None,
+        harness: str | None = None,
+        backend: str | None = None,
+        metadata: dict[str, str] | None = None,
+    ) -> None:
+        """Record an orchestrator phase (queued, verified, infra_failed) of a rollout; the
+        proxy need not know the rollout yet."""
+        body: dict[str, Any] = {"phase": phase.value}
+        for name, value in (
+            ("message", message),
+            ("task_id", task_id),
+            ("group_id", group_id),
+            ("harness", harness),
+            ("backend", backend),
+            ("metadata", metadata),
+        ):
+            if value is not None:
+                body[name] = value
+        self._call("POST", f"/admin/rollouts/{rollout_id}/phase", body)
+
     def post_reward(
         self,
         rollout_id: str,
@@ -121,14 +149,16 @@ class ProxyAdmin:
         *,
         components: dict[str, float] | None = None,
         verifier: str | None = None,
-        key: str | None = None,
+        verifier_output: str | None = None,
     ) -> str:
-        """Record the rollout's reward (a RewardEvent); returns its event id. ``key`` posts with
-        a rollout key instead of the admin token."""
+        """Record the rollout's reward (a RewardEvent, admin token only); returns its event
+        id."""
         body: dict[str, Any] = {"reward": reward, "components": components or {}}
         if verifier is not None:
             body["verifier"] = verifier
-        return str(self._call("POST", f"/rollout/{rollout_id}/reward", body, key=key)["event_id"])
+        if verifier_output is not None:
+            body["verifier_output"] = verifier_output
+        return str(self._call("POST", f"/rollout/{rollout_id}/reward", body)["event_id"])
 
     def policy_version(self) -> int:
         """The policy version the proxy stamps on new tokens."""

@@ -12,6 +12,8 @@ lower-case text. The reward is the fraction of generated characters that are ASC
 
 from __future__ import annotations
 
+import os
+import secrets
 import sys
 import threading
 import time
@@ -55,10 +57,12 @@ class DemoConfig:
 class RolloutDriver(threading.Thread):
     """Plays groups of rollouts through the proxy until stopped; reports rewards."""
 
-    def __init__(self, proxy_url: str, cfg: DemoConfig, stop: threading.Event) -> None:
+    def __init__(
+        self, proxy_url: str, admin_token: str, cfg: DemoConfig, stop: threading.Event
+    ) -> None:
         super().__init__(daemon=True, name="rollout-driver")
         self.proxy_url, self.cfg, self.stop = proxy_url, cfg, stop
-        self.admin = ProxyAdmin(proxy_url)
+        self.admin = ProxyAdmin(proxy_url, admin_token)
         self.rollouts = 0
         self.error: BaseException | None = None
 
@@ -76,9 +80,7 @@ class RolloutDriver(threading.Thread):
             temperature=1.0,
         )
         text = answer.choices[0].message.content or ""
-        self.admin.post_reward(
-            reg.rollout_id, lowercase_reward(text), verifier="lowercase@1", key=reg.api_key
-        )
+        self.admin.post_reward(reg.rollout_id, lowercase_reward(text), verifier="lowercase@1")
         self.admin.finish_rollout(reg.rollout_id, exit_code=0)
         self.rollouts += 1
 
@@ -123,6 +125,7 @@ def run_demo(
         )
         WeightSync(vllm.base_url, "policy").load(initial)
         port = free_port()
+        admin_token = "ofa_" + secrets.token_urlsafe(32)  # only this process and the proxy know it
         proxy = ServiceProcess(
             "proxy",
             [
@@ -144,6 +147,7 @@ def run_demo(
                 str(port),
             ],
             out_dir / "proxy.log",
+            env={**os.environ, "OPENFORGE_ADMIN_TOKEN": admin_token},
         )
         pipeline = ServiceProcess(
             "pipeline",
@@ -164,7 +168,7 @@ def run_demo(
         )
         proxy_url = f"http://127.0.0.1:{port}"
         stop = threading.Event()
-        driver = RolloutDriver(proxy_url, cfg, stop)
+        driver = RolloutDriver(proxy_url, admin_token, cfg, stop)
         try:
             proxy.start()
             proxy.wait_ready(lambda: httpx.get(f"{proxy_url}/health").is_success, 180)
@@ -190,7 +194,7 @@ def run_demo(
                     ),
                     steps=cfg.steps,
                     idle_timeout=300,
-                    sync=WeightSync(vllm.base_url, "policy", proxy_url),
+                    sync=WeightSync(vllm.base_url, "policy", proxy_url, admin_token),
                 )
             )
             summary["seconds"] = time.time() - t0

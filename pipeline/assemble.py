@@ -31,7 +31,7 @@ from apache_beam.utils.timestamp import Duration, Timestamp
 
 from pipeline.assembly import assemble
 from schemas.codec import Record, decode_message, decode_messages
-from schemas.enums import TERMINAL_PHASES
+from schemas.enums import TERMINAL_PHASES, RolloutPhase
 from schemas.episode import Episode
 from schemas.reward import RewardEvent
 from schemas.rollout import RolloutEvent
@@ -97,6 +97,20 @@ class _AssembleFn(beam.DoFn):
             status.write("")
             reopened = True
         frames.add(frame)
+        infra = [
+            r
+            for r in records
+            if isinstance(r, RolloutEvent) and r.phase is RolloutPhase.INFRA_FAILED
+        ]
+        if infra:  # no reward will come: the orchestrator retries it as another rollout
+            yield from self._dead_letter(
+                rollout_id,
+                decode_messages(frames.read()),
+                f"infrastructure failure: {infra[0].message or 'no message'}",
+            )
+            status.write(EMITTED)  # settled: later records of it are counted as late
+            frames.clear()
+            return
         if any(isinstance(r, RolloutEvent) and r.phase in TERMINAL_PHASES for r in records):
             finished.write(True)
         if has_reward:

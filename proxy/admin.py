@@ -3,19 +3,21 @@
     POST /admin/rollouts                      register a rollout, mint its key
     POST /admin/rollouts/{rollout_id}/finish  record its end (RolloutEvent); evicts it;
                                               a repeated finish answers the same, records nothing
+    POST /admin/rollouts/{rollout_id}/phase   record an orchestrator phase: queued, verified,
+                                              infra_failed (which also evicts a live rollout)
     POST /rollout/{rollout_id}/reward         record a RewardEvent (also after the rollout ends)
     GET|POST /admin/policy                    read or set the policy version
     POST /admin/pause, /admin/resume          gate new calls during a weight swap
     GET  /health, /metrics
 
-``/admin/*`` needs the admin token when the proxy has one; a reward needs it too unless it
-carries the rollout's own key. Each handler takes the state and the request and raises
-ProxyError for a bad request (the app renders it).
+``/admin/*`` and rewards need the admin token (:mod:`proxy.credentials`); a rollout's own key
+is refused there, so an agent cannot score itself. Each handler takes the state and the request
+and raises ProxyError for a bad request (the app renders it).
 """
 
 from __future__ import annotations
 
-import hmac
+import math
 import uuid
 from typing import Any
 
@@ -24,6 +26,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from proxy.attribution import read_body, request_key
+from proxy.credentials import check_admin
 from proxy.errors import ProxyError
 from proxy.state import ProxyState, now_us
 from schemas.enums import RolloutPhase
@@ -31,13 +34,8 @@ from schemas.reward import RewardEvent
 
 
 def require_admin(state: ProxyState, request: Request) -> None:
-    """401 unless the request carries the admin token (or the proxy has none)."""
-    token = state.config.admin_token
-    if token is None:
-        return
-    given = request_key(request) or ""
-    if not hmac.compare_digest(given.encode(), token.encode()):
-        raise ProxyError(401, "admin endpoints need the admin token (Authorization: Bearer ...)")
+    """401 unless the request carries the admin token (:mod:`proxy.credentials`)."""
+    check_admin(state.config, request_key(request))
 
 
 def _opt_str(body: dict[str, Any], name: str) -> str | None:
@@ -47,26 +45,33 @@ def _opt_str(body: dict[str, Any], name: str) -> str | None:
     return value
 
 
+def _finite_number(value: object) -> bool:
+    """A JSON number (not a bool) that is a finite float64."""
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return False
+    try:
+        return math.isfinite(float(value))
+    except OverflowError:  # an integer beyond float64
+        return False
+
+
 async def _optional_body(state: ProxyState, request: Request) -> dict[str, Any]:
     return await read_body(state, request) if await request.body() else {}
 
 
 async def reward(state: ProxyState, request: Request) -> Response:
     rollout_id = request.path_params["rollout_id"]
-    key = request_key(request)
+    require_admin(state, request)  # never the rollout's own key: the agent cannot score itself
     live, done = state.rollouts.get(rollout_id), state.rollouts.finished(rollout_id)
-    api_key = live.api_key if live else done.api_key if done else None
-    if api_key is None or key != api_key:
-        require_admin(state, request)
     body = await read_body(state, request)
     value = body.get("reward")
-    if not isinstance(value, int | float) or isinstance(value, bool):
-        raise ProxyError(400, "'reward' must be a number", param="reward")
+    if not isinstance(value, int | float) or not _finite_number(value):
+        raise ProxyError(400, "'reward' must be a finite number", param="reward")
     components = body.get("components") or {}
-    if not isinstance(components, dict) or not all(
-        isinstance(v, int | float) and not isinstance(v, bool) for v in components.values()
-    ):
-        raise ProxyError(400, "'components' must map names to numbers", param="components")
+    if not isinstance(components, dict) or not all(_finite_number(v) for v in components.values()):
+        raise ProxyError(400, "'components' must map names to finite numbers", param="components")
+    for name in ("verifier", "verifier_output", "task_id", "event_id"):
+        _opt_str(body, name)
     event = RewardEvent(
         event_id=str(body.get("event_id") or f"rw_{uuid.uuid4().hex}"),
         rollout_id=rollout_id,
@@ -143,6 +148,45 @@ async def finish_rollout(state: ProxyState, request: Request) -> Response:
         message=_opt_str(body, "message"),
     )
     return JSONResponse({"rollout_id": rollout.rollout_id, "phase": phase.value})
+
+
+# Phases the orchestrator reports beside the proxy's own (started on registration, the agent's
+# end on finish): before registration, after verification, and infrastructure failures.
+ORCHESTRATOR_PHASES = (RolloutPhase.QUEUED, RolloutPhase.VERIFIED, RolloutPhase.INFRA_FAILED)
+
+
+async def record_phase(state: ProxyState, request: Request) -> Response:
+    """Record an orchestrator lifecycle phase of a rollout (known to the proxy or not yet)."""
+    require_admin(state, request)
+    rollout_id = request.path_params["rollout_id"]
+    body = await read_body(state, request)
+    names = ", ".join(p.value for p in ORCHESTRATOR_PHASES)
+    try:
+        phase = RolloutPhase(str(body.get("phase")))
+    except ValueError:
+        raise ProxyError(400, f"'phase' must be one of {names}", param="phase") from None
+    if phase not in ORCHESTRATOR_PHASES:
+        raise ProxyError(400, f"'phase' must be one of {names}", param="phase")
+    metadata = body.get("metadata") or {}
+    if not isinstance(metadata, dict):
+        raise ProxyError(400, "'metadata' must be an object", param="metadata")
+    live = state.rollouts.get(rollout_id)
+    if live is not None and phase is RolloutPhase.INFRA_FAILED:
+        state.finish_rollout(
+            live, phase, backend=_opt_str(body, "backend"), message=_opt_str(body, "message")
+        )
+        return JSONResponse({"rollout_id": rollout_id, "phase": phase.value}, status_code=201)
+    state.publish_phase(
+        rollout_id,
+        phase,
+        task_id=_opt_str(body, "task_id") or (live.task_id if live else None),
+        group_id=_opt_str(body, "group_id") or (live.group_id if live else None),
+        harness=_opt_str(body, "harness") or (live.harness if live else None),
+        backend=_opt_str(body, "backend"),
+        message=_opt_str(body, "message"),
+        metadata={str(k): str(v) for k, v in metadata.items()},
+    )
+    return JSONResponse({"rollout_id": rollout_id, "phase": phase.value}, status_code=201)
 
 
 async def policy(state: ProxyState, request: Request) -> Response:

@@ -11,6 +11,7 @@ by rollout key or, in open mode, by session identity):
     POST /rollout/{rollout_id}/reward                  record a RewardEvent
     POST /admin/rollouts                               register a rollout, mint its key
     POST /admin/rollouts/{rollout_id}/finish           record its end (RolloutEvent)
+    POST /admin/rollouts/{rollout_id}/phase            record queued / verified / infra_failed
     GET|POST /admin/policy                             read or set the policy version
     POST /admin/pause, /admin/resume                   gate new calls during a weight swap
     GET  /health, /metrics
@@ -32,6 +33,7 @@ from starlette.routing import Route
 from infra.eventlog import open_writer
 from proxy import admin, calls, model_info
 from proxy.config import ProxyConfig
+from proxy.credentials import ensure_admin_token
 from proxy.dialects.base import Dialect, error_response
 from proxy.dialects.registry import dialect_for, dialects
 from proxy.discovery import discover
@@ -84,6 +86,7 @@ def routes() -> list[Route]:
         Route(
             "/admin/rollouts/{rollout_id}/finish", _guard(admin.finish_rollout), methods=["POST"]
         ),
+        Route("/admin/rollouts/{rollout_id}/phase", _guard(admin.record_phase), methods=["POST"]),
         Route("/admin/policy", _guard(admin.policy), methods=["GET", "POST"]),
         Route("/admin/pause", _guard(admin.pause), methods=["POST"]),
         Route("/admin/resume", _guard(admin.resume), methods=["POST"]),
@@ -94,7 +97,9 @@ def routes() -> list[Route]:
 
 def create_app(config: ProxyConfig) -> Starlette:
     """The proxy app; services (upstream client, publisher) start in its lifespan, which
-    raises ConfigError when the upstream cannot be discovered."""
+    raises ConfigError when the upstream cannot be discovered. The admin token is settled here
+    (generated and written 0600 when none is configured)."""
+    ensure_admin_token(config)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:

@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
-from typing import TypeVar
 
 from schemas.errors import ConfigError
+from schemas.registry import choose
 
 
 class UpstreamKind(StrEnum):
@@ -24,18 +24,6 @@ class PauseMode(StrEnum):
     REJECT = "reject"  # 429 with Retry-After
 
 
-E = TypeVar("E", bound=StrEnum)
-
-
-def choice(kind: type[E], value: object, setting: str) -> E:
-    """``value`` as a member of ``kind``, or a ConfigError naming ``setting`` and the choices."""
-    try:
-        return kind(str(value))
-    except ValueError:
-        names = ", ".join(m.value for m in kind)
-        raise ConfigError(f"unknown {setting} {value!r}: choose one of {names}") from None
-
-
 @dataclass
 class ProxyConfig:
     """Settings of one proxy instance.
@@ -50,7 +38,10 @@ class ProxyConfig:
             ``root`` path from ``/v1/models`` when that is a local directory.
         log_url: the event log, ``kafka://HOST:PORT`` or ``local:DIR``.
         spool_dir: where events wait while the event log is unavailable.
-        admin_token: bearer token for ``/admin/*``; None leaves admin open (bind to loopback).
+        admin_token: bearer token for ``/admin/*`` and rewards; None: one is generated at start
+            and written to ``admin_token_file`` (mode 0600). Rollout keys never work there.
+        admin_token_file: where a generated admin token is written (default
+            ``<spool_dir>/../proxy-admin-token``).
         auto_register: unknown rollout ids in the path are registered on first use (else 404).
         require_keys: path rollouts that have a minted key accept only calls carrying it.
         open_mode: plain ``/v1/...`` calls are attributed by the harness's session identity.
@@ -77,6 +68,7 @@ class ProxyConfig:
     log_url: str = "local:events"
     spool_dir: Path = Path("spool")
     admin_token: str | None = None
+    admin_token_file: Path | None = None
     auto_register: bool = False
     require_keys: bool = False
     open_mode: bool = False
@@ -101,7 +93,7 @@ class ProxyConfig:
     finished_rollouts: int = 10_000
 
     def __post_init__(self) -> None:
-        self.upstream_kind = choice(UpstreamKind, self.upstream_kind, "upstream_kind")
-        self.pause_mode = choice(PauseMode, self.pause_mode, "pause_mode")
+        self.upstream_kind = choose(UpstreamKind, self.upstream_kind, "upstream_kind")
+        self.pause_mode = choose(PauseMode, self.pause_mode, "pause_mode")
         if self.finished_rollouts < 0:
             raise ConfigError(f"finished_rollouts must be 0 or more, not {self.finished_rollouts}")

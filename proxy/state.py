@@ -95,6 +95,20 @@ class ProxyState:
         )
         return self.rollouts.finish(rollout, phase)
 
+    def publish_phase(self, rollout_id: str, phase: RolloutPhase, **fields: object) -> None:
+        """Publish a lifecycle phase reported by the orchestrator (no registry change)."""
+        self.publisher.publish(
+            [
+                RolloutEvent(
+                    event_id=f"ro_{rollout_id}_{phase.value}",
+                    rollout_id=rollout_id,
+                    phase=phase,
+                    at_us=now_us(),
+                    **fields,  # type: ignore[arg-type]
+                )
+            ]
+        )
+
     async def admit(self) -> None:
         """Wait for (or, in reject mode, refuse with 429 during) a weight swap, then take a
         concurrency slot or refuse with 429. The caller gives the slot back with

@@ -40,12 +40,16 @@ class ContinuityClass(StrEnum):
 
 
 class RolloutPhase(StrEnum):
-    """A rollout's lifecycle step."""
+    """A rollout's lifecycle step (new in rollout schema v2: queued, verified, infra_failed)."""
 
-    STARTED = "started"
-    FINISHED = "finished"
-    FAILED = "failed"
-    TIMED_OUT = "timed_out"
+    QUEUED = "queued"  # planned by the orchestrator, waiting for a concurrency slot
+    STARTED = "started"  # registered with the proxy: its key is minted
+    FINISHED = "finished"  # the agent ended on its own, exit code 0
+    FAILED = "failed"  # the agent ended on its own with an error
+    TIMED_OUT = "timed_out"  # the agent was killed at its deadline
+    VERIFIED = "verified"  # the verifier ran over the final workspace; the reward follows
+    INFRA_FAILED = "infra_failed"  # the sandbox, proxy or verifier failed: not the agent's doing
 
 
+# The agent's run is over: the episode can be assembled once the reward is there.
 TERMINAL_PHASES = frozenset({RolloutPhase.FINISHED, RolloutPhase.FAILED, RolloutPhase.TIMED_OUT})

@@ -17,6 +17,11 @@ class ConfigError(OpenForgeError):
     """A setting, path or argument is wrong; the message names it and a valid choice."""
 
 
+class TaskError(ConfigError):
+    """A task directory, task.toml or dataset manifest is malformed; the message names the file
+    and the field, and says how to fix it."""
+
+
 class SetupError(OpenForgeError):
     """Something the set-up script installs is missing; run ``scripts/setup``."""
 
@@ -46,3 +51,14 @@ class EventLogUnavailable(EventLogError):
 class EventLogCorrupt(EventLogError):
     """A record cannot be read: crc mismatch, an entry that is not the offset it should be, or an
     offset outside the log. Retrying does not help; the message names the record and the fix."""
+
+
+class InfrastructureError(OpenForgeError):
+    """A rollout failed for a reason that is not the agent's doing (the sandbox did not start,
+    the proxy was unreachable, the verifier crashed or wrote no reward); the orchestrator
+    retries it with backoff and counts it."""
+
+
+class SandboxError(OpenForgeError):
+    """A rollout sandbox could not be set up or torn down (a bad spec, a limit it cannot enforce,
+    processes that would not die); the message names the setting or the next step."""

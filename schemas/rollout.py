@@ -1,4 +1,5 @@
-"""RolloutEvent: a rollout's lifecycle (started, finished, failed, timed out)."""
+"""RolloutEvent: a rollout's lifecycle (queued, started, finished, failed, timed out, verified,
+infrastructure failure)."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ class RolloutEvent:
     duration_s: float | None = None  # from start to this phase
     message: str | None = None  # what went wrong, for failed and timed out
     metadata: dict[str, str] = field(default_factory=dict)
-    schema_version: int = 1
+    schema_version: int = 2  # v2: phases queued, verified, infra_failed
 
     SCHEMA_NAME = "rollout"
 

@@ -1,7 +1,7 @@
 """The package layers, read from the source: every import (module level or inside a function)
 points down, and no two modules import each other, directly or through others.
 
-    schemas  <-  infra  <-  proxy | pipeline | trainer  <-  openforge  <-  bench, tests
+    schemas <- infra <- proxy | pipeline | trainer | orchestrator <- openforge <- bench, tests
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ LAYER = {
     "proxy": 2,
     "pipeline": 2,
     "trainer": 2,
+    "orchestrator": 2,
     "openforge": 3,
     "bench": 4,
     "tests": 5,

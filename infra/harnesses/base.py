@@ -1,12 +1,17 @@
 """The harness boundary: how to install, configure, run and read one agent harness.
 
-A :class:`Harness` knows four things about an unmodified agent CLI:
+A :class:`Harness` knows five things about an agent program, run unmodified:
 
-- where ``scripts/setup harnesses`` installed it (pinned npm version, under the cache);
+- its executable and version, and what a sandbox must mount read-only for it to run
+  (:meth:`Harness.read_only_paths`);
 - how to configure one rollout: a private home directory with the harness's config files, the
   proxy's per-rollout base URL and key, telemetry and update checks off;
 - the headless command line for a task;
 - how to read the outcome from its output: final message and the harness's own session id.
+
+The npm CLIs (Codex, Claude Code, OpenClaw) are :class:`NpmHarness` subclasses: ``scripts/setup
+harnesses`` installs each pinned version under the cache. The built-in ``agent`` (a Python script
+on the OpenAI SDK) and the ``oracle`` (the task's own solution, no model) are not npm packages.
 
 Running it (process group, timeout, clean-up, registering the rollout) is
 :mod:`infra.harnesses.runner`'s job, the same for every harness.
@@ -17,6 +22,7 @@ from __future__ import annotations
 import abc
 import json
 import os
+import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -96,40 +102,38 @@ class Harness(abc.ABC):
     """One agent harness, run unmodified."""
 
     name: ClassVar[str]  # our name for it, also recorded on RolloutEvents
-    package: ClassVar[str]  # the npm package
-    version_key: ClassVar[str]  # its pin in infra/versions.env
-    binary: ClassVar[str]  # the executable under node_modules/.bin
-    dialect: ClassVar[Dialect]  # the API it speaks to the proxy
+    dialect: ClassVar[Dialect | None]  # the API it speaks to the proxy; None: it calls no model
 
     @property
+    @abc.abstractmethod
     def version(self) -> str:
-        return paths.versions()[self.version_key]
+        """Recorded on the rollout: a pinned package version or a digest of the program."""
 
-    def install_dir(self) -> Path:
-        return paths.cache_dir() / "harnesses" / f"{self.name}-{self.version}"
-
+    @abc.abstractmethod
     def executable(self) -> Path:
-        path = self.install_dir() / "node_modules" / ".bin" / self.binary
-        if not path.exists() or not (self.install_dir() / ".complete").exists():
-            raise SetupError(
-                f"{self.name} {self.version} is not installed at {self.install_dir()}: "
-                "run `scripts/setup harnesses`."
-            )
-        return path
+        """The program that runs; a SetupError that says how to install it if it is missing."""
+
+    @abc.abstractmethod
+    def read_only_paths(self) -> list[Path]:
+        """Files and directories a sandbox must mount read-only, at the same absolute paths, for
+        the harness to run (its install, its Node or Python runtime). Not the rollout's home
+        and workspace, which are the rollout's own, nor the task's files."""
 
     def node_bin_dir(self) -> Path | None:
         """A directory to put first on PATH for the harness's Node (None: the system's)."""
         return None
+
+    def bin_dirs(self) -> list[Path]:
+        """Directories put first on the harness's PATH."""
+        node = self.node_bin_dir()
+        return [*([node] if node is not None else []), self.executable().parent]
 
     def base_env(self, dirs: RolloutDirs, endpoint: Endpoint) -> dict[str, str]:
         """A clean environment: the rollout's home, a minimal PATH, no inherited secrets, and
         every HTTP proxy variable pointed at a closed port, so that a harness that honours them
         reaches the OpenForge proxy and nothing else."""
         env = {k: os.environ[k] for k in _PASSTHROUGH if k in os.environ}
-        path = [str(self.executable().parent), "/usr/local/bin", "/usr/bin", "/bin"]
-        node = self.node_bin_dir()
-        if node is not None:
-            path.insert(0, str(node))
+        path = [str(d) for d in self.bin_dirs()] + ["/usr/local/bin", "/usr/bin", "/bin"]
         env.update(
             HOME=str(dirs.home),
             PATH=":".join(path),
@@ -159,3 +163,42 @@ class Harness(abc.ABC):
     @abc.abstractmethod
     def report(self, stdout: str) -> Report:
         """Read the final message and session id from the harness's output."""
+
+
+class NpmHarness(Harness):
+    """An agent CLI from npm, pinned in ``infra/versions.env`` and installed under the cache."""
+
+    package: ClassVar[str]  # the npm package
+    version_key: ClassVar[str]  # its pin in infra/versions.env
+    binary: ClassVar[str]  # the executable under node_modules/.bin
+    dialect: ClassVar[Dialect]
+
+    @property
+    def version(self) -> str:
+        return paths.versions()[self.version_key]
+
+    def install_dir(self) -> Path:
+        return paths.cache_dir() / "harnesses" / f"{self.name}-{self.version}"
+
+    def executable(self) -> Path:
+        path = self.install_dir() / "node_modules" / ".bin" / self.binary
+        if not path.exists() or not (self.install_dir() / ".complete").exists():
+            raise SetupError(
+                f"{self.name} {self.version} is not installed at {self.install_dir()}: "
+                "run `scripts/setup harnesses`."
+            )
+        return path
+
+    def read_only_paths(self) -> list[Path]:
+        """The install (its npm prefix) and the Node that runs it: the harness's own, or the
+        system's ``node`` binary found on PATH, resolved."""
+        self.executable()
+        node = self.node_bin_dir()
+        if node is None:
+            found = shutil.which("node")
+            if found is None:
+                raise SetupError(
+                    f"{self.name} runs on Node, but `node` is not on PATH: install Node >= 20."
+                )
+            node = Path(found).resolve()
+        return [self.install_dir().resolve(), node.resolve()]

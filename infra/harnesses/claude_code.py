@@ -7,8 +7,8 @@ import uuid
 
 from infra.harnesses.base import (
     Endpoint,
-    Harness,
     Invocation,
+    NpmHarness,
     Report,
     RolloutDirs,
     json_objects,
@@ -16,7 +16,7 @@ from infra.harnesses.base import (
 from schemas.enums import Dialect
 
 
-class ClaudeCode(Harness):
+class ClaudeCode(NpmHarness):
     name = "claude-code"
     package = "@anthropic-ai/claude-code"
     version_key = "CLAUDE_CODE_VERSION"

@@ -6,8 +6,8 @@ import json
 
 from infra.harnesses.base import (
     Endpoint,
-    Harness,
     Invocation,
+    NpmHarness,
     Report,
     RolloutDirs,
     json_objects,
@@ -42,7 +42,7 @@ stream_idle_timeout_ms = {idle_ms}
 """
 
 
-class Codex(Harness):
+class Codex(NpmHarness):
     name = "codex"
     package = "@openai/codex"
     version_key = "CODEX_VERSION"

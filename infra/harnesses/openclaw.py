@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from infra import paths
-from infra.harnesses.base import Endpoint, Harness, Invocation, Report, RolloutDirs
+from infra.harnesses.base import Endpoint, Invocation, NpmHarness, Report, RolloutDirs
 from schemas.enums import Dialect
 from schemas.errors import SetupError
 
@@ -18,7 +18,7 @@ _API = {
 }
 
 
-class OpenClaw(Harness):
+class OpenClaw(NpmHarness):
     name = "openclaw"
     package = "openclaw"
     version_key = "OPENCLAW_VERSION"

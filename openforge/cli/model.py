@@ -14,13 +14,21 @@ app = typer.Typer(help="Build local models (no model hub needed).", no_args_is_h
 
 @app.command("build-tiny")
 def build_tiny(
-    out_dir: Annotated[Path, typer.Argument(help="Directory to write the model and tokenizer to.")],
+    out_dir: Annotated[
+        Path | None,
+        typer.Argument(help="Directory to write the model to (default: under the cache)."),
+    ] = None,
     seed: Annotated[int, typer.Option(help="Seed for the corpus, tokenizer and weights.")] = 0,
+    context: Annotated[
+        int,
+        typer.Option(help="Context window in tokens (the real harnesses send 17k-31k)."),
+    ] = 4096,
 ) -> None:
     """Build a tiny Qwen2-style model with a byte-level BPE tokenizer and a tool chat template."""
-    from infra.tiny_model import build_tiny_model, directory_digest
+    from infra.tiny_model import TinyModelSpec, build_tiny_model, directory_digest
 
-    build_tiny_model(out_dir, seed=seed)
+    out_dir = out_dir or default_tiny_dir(seed, context)
+    build_tiny_model(out_dir, seed=seed, spec=TinyModelSpec(max_position_embeddings=context))
     typer.echo(f"{out_dir}  sha256:{directory_digest(out_dir)[:16]}")
 
 

@@ -19,6 +19,9 @@ def proxy(
     ] = "local:events",
     host: Annotated[str, typer.Option(help="Address to bind.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port to bind.")] = 8100,
+    uds: Annotated[
+        Path | None, typer.Option(help="Also serve on this Unix socket (for sandboxes).")
+    ] = None,
     model: Annotated[
         str | None, typer.Option(help="Upstream model name (default: its first).")
     ] = None,
@@ -32,7 +35,15 @@ def proxy(
         "spool"
     ),
     admin_token: Annotated[
-        str | None, typer.Option(envvar="OPENFORGE_ADMIN_TOKEN", help="Token for /admin.")
+        str | None,
+        typer.Option(
+            envvar="OPENFORGE_ADMIN_TOKEN",
+            help="Token for /admin and rewards (default: generated, see --admin-token-file).",
+        ),
+    ] = None,
+    admin_token_file: Annotated[
+        Path | None,
+        typer.Option(help="Where a generated admin token is written, mode 0600."),
     ] = None,
     auto_register: Annotated[
         bool, typer.Option(help="Register unknown path rollout ids on first use.")
@@ -50,6 +61,9 @@ def proxy(
     pause_mode: Annotated[
         PauseMode, typer.Option(help="During weight swaps: wait or reject.")
     ] = PauseMode.WAIT,
+    max_model_len: Annotated[
+        int | None, typer.Option(help="Context length (default: the upstream's).")
+    ] = None,
     max_tokens_cap: Annotated[
         int | None, typer.Option(help="Cap on any call's generation budget.")
     ] = None,
@@ -60,10 +74,9 @@ def proxy(
     """Serve the capture proxy: harnesses talk to it, it records every call."""
     import sys
 
-    import uvicorn
-
     from proxy.app import create_app
     from proxy.config import ProxyConfig
+    from proxy.serve import serve
 
     config = ProxyConfig(
         upstream_url=upstream,
@@ -73,6 +86,7 @@ def proxy(
         log_url=log,
         spool_dir=spool,
         admin_token=admin_token,
+        admin_token_file=admin_token_file,
         auto_register=auto_register,
         require_keys=require_keys,
         open_mode=open_mode,
@@ -81,6 +95,7 @@ def proxy(
         policy_version=policy_version,
         pause_mode=pause_mode,
         max_tokens_cap=max_tokens_cap,
+        max_model_len=max_model_len,
         finished_rollouts=finished_rollouts,
     )
     # The publisher encodes events in a worker thread; a short GIL switch interval keeps that
@@ -88,12 +103,4 @@ def proxy(
     sys.setswitchinterval(0.0005)
     if session_header:
         config.session_headers = [*session_header, *config.session_headers]
-    uvicorn.run(
-        create_app(config),
-        host=host,
-        port=port,
-        log_level="warning",
-        access_log=False,
-        loop="auto",
-        http="auto",
-    )
+    serve(create_app(config), host, port, uds)

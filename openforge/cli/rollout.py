@@ -1,4 +1,5 @@
-"""``openforge rollout``: run an agent harness on a task through a running proxy."""
+"""``openforge rollout``: run one harness on a prompt through a running proxy, unsandboxed (for
+debugging a harness; ``openforge rollouts run`` runs tasks in sandboxes)."""
 
 from __future__ import annotations
 
@@ -8,13 +9,16 @@ from typing import Annotated
 
 import typer
 
-app = typer.Typer(help="Run agent harnesses through the proxy.", no_args_is_help=True)
+app = typer.Typer(
+    help="Run one harness through a proxy, unsandboxed (debugging).", no_args_is_help=True
+)
 
 
 @app.command("run")
 def run(
     harness_name: Annotated[
-        str, typer.Argument(metavar="HARNESS", help="codex, claude-code or openclaw.")
+        str,
+        typer.Argument(metavar="HARNESS", help="agent, claude-code, codex, openclaw or oracle."),
     ],
     task: Annotated[str, typer.Argument(help="The task prompt.")],
     proxy: Annotated[str, typer.Option(help="The proxy's base URL.")] = "http://127.0.0.1:8100",

@@ -35,6 +35,13 @@ CASES = {
         ContinuityClass.EXACT,
         retry_streams=False,
     ),
+    # Resends the history as Chat Completions messages; retries a broken stream, streaming.
+    "agent": Case(
+        "shell",
+        {"command": "printf 'hello from openforge\\n' > hello.txt"},
+        ContinuityClass.EXACT,
+        retry_streams=True,
+    ),
     # Appends an internal-context message to every request (so the history is not a prefix)
     # and rewrites the prompt when it retries.
     "openclaw": Case(

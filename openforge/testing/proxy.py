@@ -10,13 +10,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
-import uvicorn
 from starlette.applications import Starlette
 
 from infra.eventlog import EVENTS_TOPIC, open_reader
 from infra.local.process import free_port
+from infra.proxy_client import ProxyAdmin
 from proxy.app import create_app
 from proxy.config import ProxyConfig
+from proxy.serve import listeners
+from proxy.serve import server as make_server
 from proxy.state import ProxyState
 from schemas.codec import Record, decode_message
 from schemas.completion import CompletionEvent
@@ -27,6 +29,7 @@ class RunningProxy:
     url: str
     config: ProxyConfig
     app: Starlette
+    unix_socket: Path | None = None
 
     @property
     def state(self) -> ProxyState:
@@ -37,19 +40,35 @@ class RunningProxy:
     def flush(self) -> None:
         assert self.state.publisher.wait_idle(30)
 
+    @property
+    def admin_headers(self) -> dict[str, str]:
+        """The admin credential (the proxy generated it at start when the config had none)."""
+        return {"authorization": f"Bearer {self.config.admin_token}"}
+
+    @property
+    def admin(self) -> ProxyAdmin:
+        return ProxyAdmin(self.url, self.config.admin_token)
+
     def register(self, rollout_id: str, **fields: object) -> dict[str, str]:
-        resp = httpx.post(f"{self.url}/admin/rollouts", json={"rollout_id": rollout_id, **fields})
+        resp = httpx.post(
+            f"{self.url}/admin/rollouts",
+            json={"rollout_id": rollout_id, **fields},
+            headers=self.admin_headers,
+        )
         resp.raise_for_status()
         return dict(resp.json())
 
 
 @contextmanager
-def serve_in_thread(app: object, what: str, log_level: str = "warning") -> Iterator[str]:
-    """Serve an ASGI app under uvicorn in a daemon thread on a free port; yields its URL."""
+def serve_in_thread(
+    app: object, what: str, log_level: str = "warning", unix_socket: Path | None = None
+) -> Iterator[str]:
+    """Serve an ASGI app under uvicorn in a daemon thread on a free port (and, if given, a Unix
+    socket); yields its URL."""
     port = free_port()
-    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level=log_level)  # type: ignore[arg-type]
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, daemon=True)
+    sockets = listeners("127.0.0.1", port, unix_socket)
+    server = make_server(app, log_level=log_level)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": sockets}, daemon=True)
     thread.start()
     deadline = time.monotonic() + 60
     while not server.started:
@@ -61,13 +80,15 @@ def serve_in_thread(app: object, what: str, log_level: str = "warning") -> Itera
     finally:
         server.should_exit = True
         thread.join(30)
+        for s in sockets:
+            s.close()
 
 
 @contextmanager
-def running_proxy(config: ProxyConfig) -> Iterator[RunningProxy]:
+def running_proxy(config: ProxyConfig, unix_socket: Path | None = None) -> Iterator[RunningProxy]:
     app = create_app(config)
-    with serve_in_thread(app, "proxy") as url:
-        yield RunningProxy(url, config, app)
+    with serve_in_thread(app, "proxy", unix_socket=unix_socket) as url:
+        yield RunningProxy(url, config, app, unix_socket)
 
 
 def read_events(

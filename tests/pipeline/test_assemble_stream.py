@@ -124,3 +124,36 @@ def test_scripted_stream_covers_every_case() -> None:
             ),
             label="dead letters",
         )
+
+
+def test_an_infrastructure_failure_is_dead_lettered_at_once() -> None:
+    """The orchestrator retries such a rollout under a new id; its own records never wait for a
+    reward that will not come, and a record of it arriving later is not an episode."""
+    from schemas.enums import RolloutPhase
+
+    broken = make_rollout(7, "broken", calls=3, with_reward=False, finished=False)
+    calls, _, _ = _split(broken)
+    failed = RolloutEvent(
+        "broken-infra", "broken", RolloutPhase.INFRA_FAILED, 0, message="sandbox did not start"
+    )
+    stream = (
+        ScriptedStream()
+        .advance_watermark_to(0)
+        .add_elements(_frames(calls, 1))
+        .add_elements(_frames([failed], 2))  # long before any deadline
+        .add_elements(_frames([RewardEvent("stray", "broken", 1.0, 0)], 3))
+        .advance_watermark_to(1000)
+    )
+    with _pipeline() as p:
+        out = p | stream | AssembleEpisodes(allowed_lateness_s=LATENESS)
+        assert_that(out.episodes | "main" >> beam.Map(_summary), equal_to([]), label="episodes")
+        assert_that(
+            out[DEAD_LETTER] | "dead" >> beam.Map(lambda e: (e.rollout_id, e.dead_letter)),
+            equal_to(
+                [
+                    ("broken", "infrastructure failure: sandbox did not start"),
+                    ("broken", "reward arrived after the episode was emitted"),
+                ]
+            ),
+            label="dead letters",
+        )

@@ -96,16 +96,17 @@ def test_proxy_to_kafka_to_pipeline_to_episodes_topic(
             ]
         import httpx
 
-        headers = {"authorization": f"Bearer {info['api_key']}"}
         assert (
             httpx.post(
-                f"{p.url}/rollout/{rollout}/reward", json={"reward": 1.0}, headers=headers
+                f"{p.url}/rollout/{rollout}/reward", json={"reward": 1.0}, headers=p.admin_headers
             ).status_code
             == 201
         )
         assert (
             httpx.post(
-                f"{p.url}/admin/rollouts/{rollout}/finish", json={"exit_code": 0}
+                f"{p.url}/admin/rollouts/{rollout}/finish",
+                json={"exit_code": 0},
+                headers=p.admin_headers,
             ).status_code
             == 200
         )

@@ -157,12 +157,14 @@ def test_a_call_refused_before_admission_holds_no_slot_and_records_nothing(
 ) -> None:
     rollout = f"paused-{uuid.uuid4().hex[:6]}"
     url = f"{proxy.url}/rollout/{rollout}/v1/chat/completions"
-    assert httpx.post(f"{proxy.url}/admin/pause").status_code == 200
+    assert httpx.post(f"{proxy.url}/admin/pause", headers=proxy.admin_headers).status_code == 200
     try:
         resp = httpx.post(url, json=CHAT, timeout=60)
         assert resp.status_code == 429 and resp.headers["retry-after"] == "1"
     finally:
-        assert httpx.post(f"{proxy.url}/admin/resume").status_code == 200
+        assert (
+            httpx.post(f"{proxy.url}/admin/resume", headers=proxy.admin_headers).status_code == 200
+        )
     assert httpx.post(url, json=CHAT, timeout=60).status_code == 200
     assert _idle(proxy)
     (event,) = _events(proxy, rollout, 1)

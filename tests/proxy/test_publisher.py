@@ -38,13 +38,15 @@ def test_events_land_in_kafka_and_decode(
             httpx.post(
                 f"{p.url}/rollout/{rollout}/reward",
                 json={"reward": 0.5, "components": {"tests": 0.5}, "verifier": "unit"},
-                headers={"authorization": f"Bearer {key}"},
+                headers=p.admin_headers,
             ).status_code
             == 201
         )
         assert (
             httpx.post(
-                f"{p.url}/admin/rollouts/{rollout}/finish", json={"exit_code": 0}
+                f"{p.url}/admin/rollouts/{rollout}/finish",
+                json={"exit_code": 0},
+                headers=p.admin_headers,
             ).status_code
             == 200
         )

@@ -70,6 +70,8 @@ def _finish(p: RunningProxy, rollout_id: str) -> httpx.Response:
 
 
 def test_after_finish_rewards_are_accepted_and_calls_refused(proxy: RunningProxy) -> None:
+    """Rewards need the admin token, before and after the rollout ends; its own key never
+    scores it (issue 12: reward integrity)."""
     rollout = f"f-{uuid.uuid4().hex[:6]}"
     key = _register(proxy, rollout)
     auth = {"authorization": f"Bearer {key}"}
@@ -78,8 +80,12 @@ def test_after_finish_rewards_are_accepted_and_calls_refused(proxy: RunningProxy
     assert _finish(proxy, rollout).json() == {"rollout_id": rollout, "phase": "finished"}
     assert _finish(proxy, rollout).json() == {"rollout_id": rollout, "phase": "finished"}
 
-    # The orchestrator posts the reward after the rollout ends, with the rollout's own key.
+    # The orchestrator posts the reward after the rollout ends, with the admin token; the
+    # rollout's own key (all the agent holds) is refused.
     reward = httpx.post(f"{proxy.url}/rollout/{rollout}/reward", json={"reward": 1}, headers=auth)
+    assert reward.status_code == 401
+    assert reward.json()["error"]["code"] == "admin_token_required"
+    reward = httpx.post(f"{proxy.url}/rollout/{rollout}/reward", json={"reward": 1}, headers=ADMIN)
     assert reward.status_code == 201
     # A late call gets a clear refusal, by key or by path (auto-register does not revive it).
     late = httpx.post(url, json=CHAT, headers=auth, timeout=60)
@@ -97,8 +103,8 @@ def test_after_finish_rewards_are_accepted_and_calls_refused(proxy: RunningProxy
     (event,) = [r for r in records if isinstance(r, RewardEvent) and r.rollout_id == rollout]
     assert event.task_id == "t"  # attributed from the finished rollout
 
-    # Two more finished rollouts push it out of the bounded memory: its key is no longer
-    # known, so a reward needs the admin token like any other unknown rollout's.
+    # Two more finished rollouts push it out of the bounded memory; a reward is still taken
+    # with the admin token (for a rollout the proxy no longer remembers, the task id is None).
     for other in (f"g-{uuid.uuid4().hex[:6]}", f"h-{uuid.uuid4().hex[:6]}"):
         _register(proxy, other)
         assert _finish(proxy, other).status_code == 200

@@ -32,6 +32,7 @@ RECORDS: list[Record] = [
         harness="codex",
         backend="local",
         metadata={"image": "py311"},
+        schema_version=1,  # written by v1; read back as it was written
     ),
     CompletionEvent(
         "c-1",
@@ -87,7 +88,9 @@ RECORDS: list[Record] = [
         verifier="pytest@8",
         verifier_output="3 passed, 1 failed",
     ),
-    RolloutEvent("ro-2", "r1", RolloutPhase.FINISHED, T0 + 40, exit_code=0, duration_s=0.04),
+    RolloutEvent(
+        "ro-2", "r1", RolloutPhase.FINISHED, T0 + 40, exit_code=0, duration_s=0.04, schema_version=1
+    ),
     Episode(
         episode_id_for("r1"),
         "r1",

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import schemas
 
-OURS = {"proxy", "pipeline", "trainer", "infra", "openforge", "tests", "bench"}
+OURS = {"proxy", "pipeline", "trainer", "orchestrator", "infra", "openforge", "tests", "bench"}
 
 
 def test_no_module_of_schemas_imports_our_other_packages() -> None:

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from infra.harnesses import HARNESSES, Harness
+from infra.harnesses import HARNESSES, Harness, model_harnesses
 from infra.local.vllm import VLLMServer
-from infra.paths import cache_dir
+from infra.paths import default_tiny_dir
 from infra.tiny_model import TinyModelSpec, build_tiny_model
 
 LONG_CONTEXT = 65536
@@ -24,7 +24,7 @@ LONG_CONTEXT = 65536
 def long_model_dir() -> Path:
     """The tiny model (same seed, same weights) with a 64k-token context."""
     spec = TinyModelSpec(max_position_embeddings=LONG_CONTEXT)
-    return build_tiny_model(cache_dir() / "models" / "tiny-seed0-ctx64k", seed=0, spec=spec)
+    return build_tiny_model(default_tiny_dir(0, LONG_CONTEXT), seed=0, spec=spec)
 
 
 @pytest.fixture(scope="package")
@@ -35,9 +35,10 @@ def long_vllm(long_model_dir: Path) -> Iterator[VLLMServer]:
         yield server
 
 
-@pytest.fixture(params=sorted(HARNESSES))
+@pytest.fixture(params=model_harnesses())
 def harness(request: pytest.FixtureRequest) -> Harness:
-    """Each harness in turn; fails (with the set-up command to run) if it is not installed."""
+    """Each harness that calls a model, in turn (the oracle has its own tests); fails (with the
+    set-up command to run) if it is not installed."""
     h = HARNESSES[request.param]()
     h.executable()
     if h.node_bin_dir() is not None:

@@ -2,16 +2,30 @@
 
 from __future__ import annotations
 
+import ast
 import json
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
 import pytest
 
-from infra.harnesses import ClaudeCode, Codex, Endpoint, OpenClaw, RolloutDirs, harness
+from infra.harnesses import (
+    Agent,
+    ClaudeCode,
+    Codex,
+    Endpoint,
+    OpenClaw,
+    Oracle,
+    RolloutDirs,
+    agent_main,
+    harness,
+)
 from schemas.enums import Dialect
 from schemas.errors import ConfigError, SetupError
 
+ROOT = Path(__file__).resolve().parents[3]
 ENDPOINT = Endpoint("http://127.0.0.1:8100", "ro-1", "ofk-secret", "tiny")
 
 
@@ -76,5 +90,88 @@ def test_missing_install_says_how_to_install(
         Codex().executable()
     with pytest.raises(SetupError, match="scripts/setup harnesses"):
         OpenClaw().node_bin_dir()
-    with pytest.raises(ConfigError, match="choose one of claude-code, codex, openclaw"):
+    with pytest.raises(
+        ConfigError, match="choose one of agent, claude-code, codex, noop, openclaw, oracle"
+    ):
         harness("zeroclaw")
+
+
+def test_every_harness_says_what_a_sandbox_must_mount() -> None:
+    codex = Codex().read_only_paths()
+    assert codex[0] == Codex().install_dir().resolve()
+    assert codex[1].name == "node" and codex[1].is_file()  # the system's Node
+    openclaw = OpenClaw().read_only_paths()
+    assert openclaw[1] == OpenClaw().node_bin_dir().resolve()
+    assert Oracle().read_only_paths() == []
+    agent = Agent().read_only_paths()
+    python = Agent().executable()
+    assert python.is_relative_to(agent[0]) or any(python.is_relative_to(p) for p in agent)
+    assert Path(sys.base_prefix).resolve() / "lib" in {p.parent for p in agent}  # the stdlib
+    for path in (*codex, *openclaw, *agent):
+        assert path.is_absolute() and path == path.resolve() and path.exists(), path
+
+
+def test_agent_runs_its_script_from_the_rollout_home(dirs: RolloutDirs) -> None:
+    agent = Agent(max_turns=3, max_tokens=64)
+    inv = agent.invocation("Fix the bug.", ENDPOINT, dirs, timeout_s=100)
+    python, flag, script, *args = inv.argv
+    assert flag == "-I" and Path(script) == dirs.home / "agent_main.py"
+    assert Path(script).read_bytes() == (ROOT / "infra/harnesses/agent_main.py").read_bytes()
+    assert Path(python) == agent.executable() and Path(python).exists()
+    opts = dict(zip(args[::2], args[1::2], strict=True))
+    assert opts["--base-url"] == "http://127.0.0.1:8100/rollout/ro-1/v1"
+    assert opts["--model"] == "tiny" and opts["--max-turns"] == "3"
+    assert opts["--max-tokens"] == "64" and 90 <= float(opts["--time-limit"]) < 100
+    assert Path(opts["--task-file"]).read_text() == "Fix the bug."
+    # The key travels in the environment only, and the venv is not on the commands' PATH.
+    assert inv.env["OPENFORGE_API_KEY"] == "ofk-secret" and "ofk-secret" not in inv.argv
+    assert "OPENAI_API_KEY" not in inv.env and str(Path(python).parent) not in inv.env["PATH"]
+    assert inv.cwd == dirs.workspace and inv.env["HOME"] == str(dirs.home)
+    assert len(agent.version) == 12 and Agent.dialect is Dialect.CHAT
+
+
+def test_agent_report_reads_its_final_line() -> None:
+    stdout = "\n".join(
+        [
+            '{"type": "start", "session_id": "s-1"}',
+            '{"type": "error", "message": "broke off", "retrying": true}',
+            '{"type": "step", "turn": 1, "content": "", "tool_calls": []}',
+            '{"type": "final", "final_message": "Done.", "session_id": "s-1", "stop": "answer",'
+            ' "turns": 1}',
+        ]
+    )
+    report = Agent().report(stdout)
+    assert (report.final_message, report.session_id) == ("Done.", "s-1")
+    assert report.extra == {"stop": "answer", "turns": "1"}  # a retried error is not one
+
+
+def test_agent_script_imports_only_the_stdlib_and_openai() -> None:
+    """It runs in a sandbox without this repository."""
+    tree = ast.parse((ROOT / "infra/harnesses/agent_main.py").read_text())
+    imported = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            imported |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            assert node.level == 0
+            imported.add((node.module or "").split(".")[0])
+    assert imported - set(sys.stdlib_module_names) == {"openai"}
+    assert agent_main.API_KEY_ENV == "OPENFORGE_API_KEY"
+
+
+def test_agent_without_the_sdk_says_what_to_do(tmp_path: Path) -> None:
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", tmp_path / "bare"], check=True)
+    with pytest.raises(SetupError, match="no openai package"):
+        Agent(python=tmp_path / "bare" / "bin" / "python").executable()
+    with pytest.raises(SetupError, match="cannot run"):
+        Agent(python=tmp_path / "nope").executable()
+
+
+def test_oracle_runs_the_solution_in_the_workspace(dirs: RolloutDirs) -> None:
+    inv = Oracle().invocation("ignored", ENDPOINT, dirs, timeout_s=60)
+    assert inv.argv == ["/bin/bash", "/solution/solve.sh"] and inv.cwd == dirs.workspace
+    inv = Oracle("/tasks/t/solution", env={"SEED": "1"}).invocation("x", ENDPOINT, dirs, 60)
+    assert inv.argv[1] == "/tasks/t/solution/solve.sh" and inv.env["SEED"] == "1"
+    assert "ofk-secret" not in inv.env.values() and Oracle.dialect is None
+    assert Oracle().report("step\nwrote hello.txt\n\n").final_message == "wrote hello.txt"
+    assert Oracle().report("").final_message is None and Oracle().version == "1"

@@ -27,7 +27,14 @@ def test_harness_runs_through_the_proxy_on_real_vllm(
 ) -> None:
     config = proxy_config(long_vllm.base_url, tmp_path, max_tokens_cap=MAX_TOKENS)
     with running_proxy(config) as proxy:
-        result = run_rollout(harness, TASK, proxy.url, tmp_path / "rollouts", timeout_s=240)
+        result = run_rollout(
+            harness,
+            TASK,
+            proxy.url,
+            tmp_path / "rollouts",
+            timeout_s=240,
+            admin_token=proxy.config.admin_token,
+        )
         proxy.flush()
     records = read_events(config.log_url)
 

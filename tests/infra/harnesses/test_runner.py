@@ -21,7 +21,14 @@ def test_a_rollout_past_its_deadline_is_killed_with_everything_it_started(
     with serving(policy) as url:
         config = proxy_config(url, tmp_path)
         with running_proxy(config) as proxy:
-            result = run_rollout(OpenClaw(), "task", proxy.url, tmp_path / "r", timeout_s=2)
+            result = run_rollout(
+                OpenClaw(),
+                "task",
+                proxy.url,
+                tmp_path / "r",
+                timeout_s=2,
+                admin_token=proxy.config.admin_token,
+            )
             proxy.flush()
     assert result.phase is RolloutPhase.TIMED_OUT and result.exit_code is None
     assert 2 <= result.duration_s < 30
@@ -40,7 +47,9 @@ def test_rollout_run_command(tiny_model_dir: Path, tmp_path: Path) -> None:
     policy = ScriptedPolicy(tiny_model_dir, Script("exec_command", {"cmd": "echo hi > hi.txt"}))
     with serving(policy) as url, running_proxy(proxy_config(url, tmp_path)) as proxy:
         out = CliRunner().invoke(
-            app, ["rollout", "run", "codex", "say hi", "--proxy", proxy.url, "--dir", str(tmp_path)]
+            app,
+            ["rollout", "run", "codex", "say hi", "--proxy", proxy.url, "--dir", str(tmp_path)],
+            env={"OPENFORGE_ADMIN_TOKEN": proxy.config.admin_token or ""},
         )
     assert out.exit_code == 0, out.output
     summary = json.loads(out.output)

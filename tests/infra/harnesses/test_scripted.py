@@ -38,6 +38,7 @@ def run_scripted(
                 tmp_path / "rollouts",
                 rollout_id=rollout_id,
                 timeout_s=180,
+                admin_token=proxy.config.admin_token,
             )
             proxy.flush()
     events = completions_of(read_events(config.log_url), rollout_id)

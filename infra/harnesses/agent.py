@@ -1,0 +1,183 @@
+"""``agent``: OpenForge's built-in multi-turn agent (``agent_main.py``) as a harness.
+
+The script imports only the standard library and the OpenAI SDK, so it runs in a sandbox that
+sees nothing of this repository: the harness copies it into the rollout's home and runs it with
+a Python that has ``openai`` installed (by default the one running OpenForge, whose venv
+``scripts/setup project`` builds). That interpreter is what a sandbox must mount read-only:
+the venv, the base interpreter's binary, its standard library and its ``libpython``.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from infra.harnesses.base import (
+    Endpoint,
+    Harness,
+    Invocation,
+    Report,
+    RolloutDirs,
+    json_objects,
+)
+from schemas.enums import Dialect
+from schemas.errors import SetupError
+
+# The script, read as a file (importing it would import openai here, where it may be absent).
+SCRIPT = Path(__file__).with_name("agent_main.py")
+API_KEY_ENV = "OPENFORGE_API_KEY"  # = agent_main.API_KEY_ENV
+
+# Run by the interpreter itself: where its parts are, and whether it has the SDK.
+_PROBE = """
+import json, os, sys, sysconfig
+v = sysconfig.get_config_vars()
+lib = None
+if v.get("Py_ENABLE_SHARED") and v.get("LIBDIR") and v.get("INSTSONAME"):
+    lib = os.path.join(v["LIBDIR"], v["INSTSONAME"])
+try:
+    import openai
+    sdk = openai.__version__
+except ImportError:
+    sdk = None
+print(json.dumps({
+    "prefix": sys.prefix, "base_prefix": sys.base_prefix, "executable": sys.executable,
+    "stdlib": sysconfig.get_path("stdlib"), "purelib": sysconfig.get_path("purelib"),
+    "platlib": sysconfig.get_path("platlib"), "libpython": lib, "openai": sdk,
+}))
+"""
+
+
+@dataclass(frozen=True)
+class Interpreter:
+    """A Python as a sandbox sees it: the path to run and what to mount for it."""
+
+    argv0: Path  # the interpreter, symlinked directories resolved (the venv's bin/python)
+    paths: tuple[Path, ...]  # to mount read-only, resolved, none inside another
+    openai_version: str
+
+
+def _outermost(paths: list[Path]) -> tuple[Path, ...]:
+    unique = sorted(set(paths))
+    return tuple(p for p in unique if not any(q != p and p.is_relative_to(q) for q in unique))
+
+
+@functools.cache
+def interpreter(python: Path) -> Interpreter:
+    """Ask ``python`` where its parts are (once per path)."""
+    fix = "Point the agent harness at a Python with the openai SDK, or run `scripts/setup project`"
+    try:
+        out = subprocess.run(
+            [str(python), "-I", "-c", _PROBE], capture_output=True, text=True, timeout=60
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise SetupError(f"cannot run {python} for the agent harness ({exc}). {fix}.") from exc
+    if out.returncode != 0:
+        raise SetupError(f"{python} failed to start: {out.stderr.strip()[-500:]}. {fix}.")
+    info = json.loads(out.stdout)
+    if info["openai"] is None:
+        raise SetupError(f"{python} has no openai package, which the agent harness needs. {fix}.")
+    prefix = Path(info["prefix"]).resolve()
+    executable = Path(info["executable"])
+    try:
+        argv0 = prefix / executable.relative_to(info["prefix"])
+    except ValueError:
+        argv0 = executable.parent.resolve() / executable.name
+    parts = [prefix, executable.resolve(), Path(info["stdlib"]).resolve()]
+    if info["libpython"] and Path(info["libpython"]).exists():
+        parts.append(Path(info["libpython"]).resolve())
+    if info["prefix"] == info["base_prefix"]:  # not a venv: its site-packages
+        parts += [Path(info["purelib"]).resolve(), Path(info["platlib"]).resolve()]
+    return Interpreter(argv0, _outermost(parts), info["openai"])
+
+
+class Agent(Harness):
+    name = "agent"
+    dialect = Dialect.CHAT
+
+    def __init__(
+        self,
+        python: Path | str | None = None,
+        max_turns: int = 8,
+        command_timeout_s: float = 120.0,
+        max_output_chars: int = 16000,
+        max_tokens: int | None = None,
+        retries: int = 2,
+    ) -> None:
+        self.python = Path(python or sys.executable)
+        self.max_turns = max_turns
+        self.command_timeout_s = command_timeout_s
+        self.max_output_chars = max_output_chars
+        self.max_tokens = max_tokens
+        self.retries = retries
+
+    @property
+    def version(self) -> str:
+        """A digest of the script: what ran is what is recorded."""
+        return hashlib.sha256(SCRIPT.read_bytes()).hexdigest()[:12]
+
+    def executable(self) -> Path:
+        return interpreter(self.python).argv0
+
+    def read_only_paths(self) -> list[Path]:
+        return list(interpreter(self.python).paths)
+
+    def bin_dirs(self) -> list[Path]:
+        # Not the venv's bin: the agent's commands must find the sandbox's own python3.
+        return []
+
+    def invocation(
+        self, task: str, endpoint: Endpoint, dirs: RolloutDirs, timeout_s: float
+    ) -> Invocation:
+        script = dirs.home / SCRIPT.name
+        script.write_bytes(SCRIPT.read_bytes())
+        task_file = dirs.home / "task.md"
+        task_file.write_text(task, encoding="utf-8")
+        env = self.base_env(dirs, endpoint)
+        env[API_KEY_ENV] = endpoint.api_key
+        argv = [
+            str(self.executable()),
+            "-I",  # no PYTHON* variables, no user site, not the script's directory on sys.path
+            str(script),
+            "--base-url",
+            f"{endpoint.rollout_base}/v1",
+            "--model",
+            endpoint.model,
+            "--task-file",
+            str(task_file),
+            "--max-turns",
+            str(self.max_turns),
+            # Its own deadline a little before the runner's, so that it ends on its own.
+            "--time-limit",
+            str(max(timeout_s * 0.95 - 1.0, 1.0)),
+            "--command-timeout",
+            str(self.command_timeout_s),
+            "--max-output-chars",
+            str(self.max_output_chars),
+            "--retries",
+            str(self.retries),
+        ]
+        if self.max_tokens is not None:
+            argv += ["--max-tokens", str(self.max_tokens)]
+        return Invocation(argv, env, dirs.workspace)
+
+    def report(self, stdout: str) -> Report:
+        """The last ``final`` line: final message, session id, why it stopped, turns."""
+        out = Report()
+        for event in json_objects(stdout):
+            kind = event.get("type")
+            if kind == "start":
+                out.session_id = event.get("session_id")
+            elif kind == "final":
+                final = event.get("final_message")
+                out.final_message = final if isinstance(final, str) else None
+                out.session_id = event.get("session_id") or out.session_id
+                out.extra["stop"] = str(event.get("stop"))
+                out.extra["turns"] = str(event.get("turns"))
+            elif kind == "error" and not event.get("retrying"):
+                out.extra["error"] = str(event.get("message"))[:500]
+        return out

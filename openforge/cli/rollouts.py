@@ -1,0 +1,119 @@
+"""``openforge rollouts``: play a task set with a harness, each rollout sandboxed and verified."""
+
+from __future__ import annotations
+
+import signal
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+app = typer.Typer(help="Run rollouts of Harbor tasks in sandboxes.", no_args_is_help=True)
+
+# Context the tiny model needs for each harness's own prompts (17k-31k tokens for the npm CLIs).
+LONG_CONTEXT = 65536
+SHORT_CONTEXT = 4096
+
+
+@app.command("run")
+def run(
+    tasks: Annotated[
+        Path, typer.Option(help="A task directory, a directory of tasks, or a manifest.")
+    ],
+    harness_name: Annotated[
+        str,
+        typer.Option(
+            "--harness", help="agent, claude-code, codex, openclaw, oracle (solution) or noop."
+        ),
+    ] = "oracle",
+    n: Annotated[int, typer.Option("--n", help="Samples per task (one group per task).")] = 1,
+    concurrency: Annotated[int, typer.Option(help="Rollouts running at once.")] = 4,
+    backend: Annotated[str, typer.Option(help="Rollout backend: local.")] = "local",
+    out: Annotated[Path, typer.Option(help="The run directory.")] = Path("runs/rollouts"),
+    split: Annotated[str | None, typer.Option(help="Only tasks of this split.")] = None,
+    proxy: Annotated[
+        str | None, typer.Option(help="A running proxy (default: start vLLM and a proxy).")
+    ] = None,
+    proxy_socket: Annotated[
+        Path | None, typer.Option(help="That proxy's Unix socket (its --uds).")
+    ] = None,
+    admin_token: Annotated[
+        str | None, typer.Option(envvar="OPENFORGE_ADMIN_TOKEN", help="That proxy's admin token.")
+    ] = None,
+    model: Annotated[
+        Path | None, typer.Option(help="Model directory for vLLM (default: the tiny model).")
+    ] = None,
+    max_attempts: Annotated[int, typer.Option(help="Attempts on infrastructure failure.")] = 3,
+) -> None:
+    """Run every task N times with HARNESS: lay out, run in a sandbox, verify, record rewards."""
+    from rich.console import Console
+
+    from infra.harnesses import NpmHarness, harness
+    from infra.proxy_client import ProxyAdmin
+    from infra.sandbox import ProxyEndpoint, sandbox
+    from infra.tasks import load_dataset
+    from openforge.stack import SANDBOX_PROXY_PORT, local_stack
+    from orchestrator.plan import plan
+    from orchestrator.progress import live_progress, summary_table
+    from orchestrator.registry import ROLLOUT_BACKENDS
+    from orchestrator.run import Orchestrator, OrchestratorConfig
+    from orchestrator.rundir import RunDir
+    from schemas.errors import ConfigError
+
+    console = Console()
+    chosen = harness(harness_name)
+    dataset = load_dataset(tasks, split=split)
+    planned = plan(dataset, n, run_id=out.name)
+    ROLLOUT_BACKENDS.get(backend)  # a typo fails before anything starts
+    # SIGTERM unwinds like Ctrl-C: sandboxes, the proxy and vLLM are stopped, not orphaned.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    out.mkdir(parents=True, exist_ok=True)
+
+    def orchestrate(admin: ProxyAdmin, endpoint: ProxyEndpoint, model_name: str) -> None:
+        rollout_backend = ROLLOUT_BACKENDS.get(backend)(sandbox(), endpoint)
+        orch = Orchestrator(
+            rollout_backend,
+            chosen,
+            admin,
+            RunDir(out),
+            OrchestratorConfig(
+                concurrency=concurrency, max_attempts=max_attempts, model=model_name
+            ),
+        )
+        console.print(
+            f"{len(planned)} rollouts: {len(dataset)} tasks x {n} with {chosen.name} on the "
+            f"{backend} backend; run directory {out}"
+        )
+        start = time.monotonic()
+        try:
+            with live_progress(console, orch.counts):
+                records = orch.run(planned)
+        except KeyboardInterrupt:
+            console.print("[yellow]cancelled[/]: running sandboxes stopped")
+            raise typer.Exit(130) from None
+        console.print(summary_table(records))
+        mean = orch.counts.mean_reward
+        console.print(
+            f"{orch.counts.done} verified, {orch.counts.gave_up} gave up after infrastructure "
+            f"failures, mean reward {'-' if mean is None else f'{mean:.3f}'}, "
+            f"{time.monotonic() - start:.1f} s; summary: {out / 'summary.csv'}"
+        )
+
+    if proxy is not None:
+        if proxy_socket is None:
+            raise ConfigError("--proxy needs --proxy-socket (the proxy's --uds) for sandboxes")
+        orchestrate(
+            ProxyAdmin(proxy, admin_token), ProxyEndpoint(proxy_socket, SANDBOX_PROXY_PORT), "tiny"
+        )
+        return
+    needs_model = chosen.dialect is not None
+    context = LONG_CONTEXT if isinstance(chosen, NpmHarness) else SHORT_CONTEXT
+    with local_stack(
+        out / "services",
+        needs_model=needs_model,
+        context=context,
+        model_dir=model,
+        say=console.print,
+    ) as stack:
+        orchestrate(stack.admin, stack.endpoint, stack.model)

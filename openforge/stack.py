@@ -1,0 +1,125 @@
+"""What a rollout job needs running on one machine: vLLM on a model, and the capture proxy on the
+embedded event log, listening on a Unix socket that sandboxes reach it through.
+
+    with local_stack(out, needs_model=True, context=65536) as stack:
+        ...  # stack.admin (the proxy's admin API), stack.endpoint (for sandboxes), stack.log_url
+
+The admin token is generated here, handed to the proxy process in its environment (never on a
+command line) and kept in memory: nothing inside a sandbox can read it. Everything started is
+stopped when the block ends, also on Ctrl-C or SIGTERM.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from infra.local.process import ServiceProcess, free_port
+from infra.local.vllm import VLLMServer
+from infra.paths import default_tiny_dir
+from infra.proxy_client import ProxyAdmin
+from infra.sandbox import ProxyEndpoint
+from infra.tiny_model import TinyModelSpec, build_tiny_model
+from schemas.errors import ServiceError
+
+SERVED_MODEL = "tiny"
+SANDBOX_PROXY_PORT = 8100  # where the proxy appears inside every sandbox
+NO_UPSTREAM = "http://127.0.0.1:9"  # the discard port: for harnesses that call no model
+
+
+@dataclass(frozen=True)
+class Stack:
+    proxy_url: str
+    admin: ProxyAdmin
+    endpoint: ProxyEndpoint  # the proxy as sandboxes see it
+    log_url: str
+    model_dir: Path
+    model: str
+
+
+def tiny_model(context: int) -> Path:
+    """The tiny model (seed 0) with a ``context``-token window, built once and cached."""
+    spec = TinyModelSpec(max_position_embeddings=context)
+    return build_tiny_model(default_tiny_dir(0, context), seed=0, spec=spec)
+
+
+@contextmanager
+def local_stack(
+    out: Path,
+    *,
+    needs_model: bool,
+    context: int = 4096,
+    model_dir: Path | None = None,
+    max_tokens_cap: int | None = 512,
+    say: Callable[[str], None] = print,
+) -> Iterator[Stack]:
+    """vLLM (when ``needs_model``) and a proxy writing to ``local:OUT/log``."""
+    out.mkdir(parents=True, exist_ok=True)
+    model = model_dir or tiny_model(context)
+    token = "ofa_" + secrets.token_urlsafe(32)
+    log_url = f"local:{out / 'log'}"
+    socket = out / "proxy.sock"
+    with ExitStack() as stack:
+        upstream = NO_UPSTREAM
+        if needs_model:
+            say(f"starting vLLM on {model} ({context}-token context; 20-40 s on CPU)")
+            vllm = stack.enter_context(
+                VLLMServer(
+                    model,
+                    served_model_name=SERVED_MODEL,
+                    max_model_len=context,
+                    enable_lora=False,
+                    log_path=out / "vllm.log",
+                )
+            )
+            upstream = vllm.base_url
+        port = free_port()
+        argv = [
+            sys.executable,
+            "-m",
+            "openforge",
+            "proxy",
+            "--upstream",
+            upstream,
+            "--model",
+            SERVED_MODEL,
+            "--tokenizer",
+            str(model),
+            "--max-model-len",
+            str(context),
+            "--log",
+            log_url,
+            "--spool",
+            str(out / "spool"),
+            "--port",
+            str(port),
+            "--uds",
+            str(socket),
+        ]
+        if max_tokens_cap is not None:
+            argv += ["--max-tokens-cap", str(max_tokens_cap)]
+        proxy = ServiceProcess(
+            "proxy", argv, out / "proxy.log", env={**os.environ, "OPENFORGE_ADMIN_TOKEN": token}
+        )
+        proxy.start()
+        stack.callback(proxy.stop)
+        url = f"http://127.0.0.1:{port}"
+        admin = ProxyAdmin(url, token)
+
+        def ready() -> bool:
+            try:
+                admin.health()
+            except ServiceError:
+                return False
+            return socket.exists()
+
+        proxy.wait_ready(ready, 120)
+        say(f"proxy at {url} (sandboxes: {socket}); events in {out / 'log'}")
+        yield Stack(
+            url, admin, ProxyEndpoint(socket, SANDBOX_PROXY_PORT), log_url, model, SERVED_MODEL
+        )

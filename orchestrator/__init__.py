@@ -1,0 +1,13 @@
+"""The rollout orchestrator: tasks x samples, each played by a harness in its own sandbox and
+scored by the task's verifier, with lifecycle and reward events through the proxy.
+
+- :mod:`orchestrator.plan`: which rollouts to run (a group per task, for group-relative
+  advantages);
+- :mod:`orchestrator.backend`: the rollout-backend interface (local sandbox; Kubernetes next) and
+  its registry;
+- :mod:`orchestrator.local`: the local backend (bubblewrap sandboxes on this machine);
+- :mod:`orchestrator.run`: concurrency, keys, retries of infrastructure failures, events,
+  cancellation;
+- :mod:`orchestrator.rundir`: the run directory and the summary;
+- :mod:`orchestrator.progress`: the live progress display.
+"""

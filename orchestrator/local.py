@@ -1,0 +1,208 @@
+"""The local rollout backend: each rollout in bubblewrap sandboxes on this machine.
+
+Per attempt, under ``job.root`` (host)::
+
+    workspace/        the task's environment/ files, then whatever the agent leaves; it appears
+                      at the task's workdir (e.g. /app) inside both sandboxes
+    home/             the harness's private home (its config, state); same path inside
+    logs/agent/       /logs/agent inside the agent's sandbox (Harbor's layout)
+    logs/verifier/    /logs/verifier inside the verifier's sandbox: reward.txt / reward.json
+    agent.out, agent.err, verifier.out, verifier.err
+
+The agent's sandbox sees the workspace, its home, its harness install (read-only), and the
+proxy through the sandbox's forwarder (``http://127.0.0.1:PORT`` inside): nothing of the tests,
+the solution (except for the ``oracle``), other rollouts, the repository or the cache. The
+verifier runs afterwards in a fresh sandbox over the same workspace with ``tests/`` at
+``/tests`` read-only and no network at all.
+"""
+
+from __future__ import annotations
+
+import shutil
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+from infra.harnesses import Harness
+from infra.harnesses.base import Endpoint, RolloutDirs
+from infra.local.process import kill_tagged
+from infra.sandbox import (
+    Limits,
+    Mount,
+    ProxyEndpoint,
+    SandboxBackend,
+    SandboxOutcome,
+    SandboxResult,
+    SandboxSpec,
+)
+from infra.tasks import Task, read_reward
+from orchestrator.backend import AgentEnd, BackendName, RolloutBackend, Verified
+from orchestrator.backend import RolloutJob as Job
+from schemas.enums import RolloutPhase
+from schemas.errors import ConfigError, InfrastructureError
+
+LOGS = "/logs"
+SOLUTION = "/solution"
+TESTS = "/tests"
+VERIFIER_PATH = "/usr/local/bin:/usr/bin:/bin"
+
+
+def lay_out(task: Task, root: Path) -> dict[str, Path]:
+    """Create an attempt's directories and copy the task's environment into the workspace."""
+    dirs = {
+        "workspace": root / "workspace",
+        "home": root / "home",
+        "agent_logs": root / "logs" / "agent",
+        "verifier_logs": root / "logs" / "verifier",
+    }
+    if root.exists():  # a rerun of the same attempt starts clean
+        shutil.rmtree(root)
+    for path in dirs.values():
+        path.mkdir(parents=True)
+    env = task.environment_dir
+    if env is not None:
+        for item in env.iterdir():
+            if item.name == "Dockerfile":
+                continue  # the image recipe, not a workspace file
+            target = dirs["workspace"] / item.name
+            if item.is_dir():
+                shutil.copytree(item, target, symlinks=True)
+            else:
+                shutil.copy2(item, target)
+    return dirs
+
+
+class LocalBackend(RolloutBackend):
+    """Rollouts in ``sandbox`` (bubblewrap) on this machine, reaching the proxy at ``proxy``."""
+
+    name = BackendName.LOCAL
+
+    def __init__(
+        self, sandbox: SandboxBackend, proxy: ProxyEndpoint, max_processes: int = 512
+    ) -> None:
+        self.sandbox = sandbox
+        self.proxy = proxy
+        self.max_processes = max_processes
+        self._cancelled = threading.Event()
+
+    def check(self, task: Task, harness: Harness) -> None:
+        image = task.environment.docker_image
+        if image:
+            raise ConfigError(
+                f"task {task.id} ({task.config_file}) runs in the image {image!r}, which the "
+                "local backend cannot provide (it runs on this machine's root filesystem): run "
+                "it with --backend kubernetes, or drop [environment] docker_image"
+            )
+        if harness.name == "oracle" and task.solution_dir is None:
+            raise ConfigError(
+                f"task {task.id} has no solution/solve.sh for the oracle: add one or pick "
+                "another harness"
+            )
+
+    def _limits(self, task: Task) -> Limits:
+        return Limits(memory_mib=task.environment.memory_mb, max_processes=self.max_processes)
+
+    def run(self, job: Job, on_agent_end: Callable[[AgentEnd], None]) -> Verified:
+        task = job.task
+        workdir = task.environment.workdir
+        try:
+            dirs = lay_out(task, job.root)
+        except OSError as exc:
+            raise InfrastructureError(f"cannot lay out the workspace: {exc}") from exc
+        agent = self._run_agent(job, dirs, workdir)
+        on_agent_end(agent)
+        if self._cancelled.is_set():
+            raise InfrastructureError("cancelled")
+        verifier = self.sandbox.run(
+            SandboxSpec(
+                argv=("bash", f"{TESTS}/test.sh"),
+                stdout=job.root / "verifier.out",
+                stderr=job.root / "verifier.err",
+                cwd=workdir,
+                env={"PATH": VERIFIER_PATH, "LANG": "C.UTF-8", **task.verifier.env},
+                mounts=(
+                    Mount(dirs["workspace"], workdir, read_only=False),
+                    Mount(task.tests_dir, TESTS, read_only=True),
+                    Mount(dirs["verifier_logs"], f"{LOGS}/verifier", read_only=False),
+                    Mount(dirs["agent_logs"], f"{LOGS}/agent", read_only=True),
+                ),
+                limits=self._limits(task),
+                timeout_s=task.verifier.timeout_sec,
+            )
+        )
+        if verifier.outcome is not SandboxOutcome.EXITED:
+            raise InfrastructureError(f"the verifier did not finish: {verifier.message}")
+        reward = read_reward(dirs["verifier_logs"])
+        if reward.reward is None:
+            raise InfrastructureError(
+                f"the verifier (exit code {verifier.exit_code}) gave no reward: {reward.error}"
+            )
+        files = {
+            name: job.root / name
+            for name in ("agent.out", "agent.err", "verifier.out", "verifier.err")
+        }
+        return Verified(agent, reward, verifier.exit_code, verifier.duration_s, files)
+
+    def _run_agent(self, job: Job, dirs: dict[str, Path], workdir: str) -> AgentEnd:
+        task, harness = job.task, job.harness
+        endpoint = Endpoint(self.proxy.base_url, job.rollout_id, job.api_key, job.model)
+        # The harness writes its config under the host home, seen at the same path inside; the
+        # workspace is named by its path inside the sandbox.
+        inv = harness.invocation(
+            task.instruction,
+            endpoint,
+            RolloutDirs(dirs["home"], Path(workdir)),
+            task.agent.timeout_sec,
+        )
+        mounts = [
+            Mount(dirs["workspace"], workdir, read_only=False),
+            Mount(dirs["home"], str(dirs["home"]), read_only=False),
+            Mount(dirs["agent_logs"], f"{LOGS}/agent", read_only=False),
+            *(Mount(p, str(p), read_only=True) for p in harness.read_only_paths()),
+        ]
+        if harness.name == "oracle" and task.solution_dir is not None:
+            mounts.append(Mount(task.solution_dir, SOLUTION, read_only=True))
+        env = {**inv.env, **task.environment.env}
+        result = self.sandbox.run(
+            SandboxSpec(
+                argv=tuple(inv.argv),
+                stdout=job.root / "agent.out",
+                stderr=job.root / "agent.err",
+                cwd=workdir,
+                env=env,
+                mounts=tuple(mounts),
+                # A harness that calls no model (oracle, noop) gets no network at all.
+                proxy=self.proxy if harness.dialect is not None else None,
+                limits=self._limits(task),
+                timeout_s=task.agent.timeout_sec,
+                home=str(dirs["home"]),
+            )
+        )
+        return _agent_end(result, harness, job.root / "agent.out", task.agent.timeout_sec)
+
+    def cancel(self) -> None:
+        self._cancelled.set()
+        kill_tagged(_sandbox_tag())
+
+
+def _sandbox_tag() -> str:
+    import os
+
+    return f"{os.getpid()}.sandbox."
+
+
+def _agent_end(result: SandboxResult, harness: Harness, stdout: Path, timeout: float) -> AgentEnd:
+    if result.outcome is SandboxOutcome.FAILED_TO_START:
+        raise InfrastructureError(f"the agent's sandbox did not start: {result.message}")
+    report = harness.report(stdout.read_text(errors="replace")) if stdout.exists() else None
+    final = report.final_message if report else None
+    session = report.session_id if report else None
+    if result.outcome is SandboxOutcome.TIMED_OUT:
+        return AgentEnd(
+            RolloutPhase.TIMED_OUT, None, result.duration_s, f"killed after {timeout:.0f}s"
+        )
+    phase = RolloutPhase.FINISHED if result.ok else RolloutPhase.FAILED
+    message = result.message or f"exit code {result.exit_code}"
+    if result.outcome is not SandboxOutcome.EXITED:  # a limit struck: the agent's doing
+        message = f"{result.outcome.value}: {message}"
+    return AgentEnd(phase, result.exit_code, result.duration_s, message, final, session)

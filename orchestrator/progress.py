@@ -1,0 +1,72 @@
+"""The live progress line of a rollout job, and its summary table (rich)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+from orchestrator.run import Counts
+from orchestrator.rundir import RolloutRecord, Status
+
+
+def status_line(counts: Counts, elapsed_s: float) -> Text:
+    mean = counts.mean_reward
+    text = (
+        f"rollouts {counts.planned}: queued {counts.queued} | running {counts.running} | "
+        f"done {counts.done} | agent failures {counts.agent_failures} | infra failures "
+        f"{counts.infra_failures} (gave up {counts.gave_up}) | mean reward "
+        f"{'-' if mean is None else f'{mean:.3f}'} | {elapsed_s:.0f}s"
+    )
+    return Text(text)
+
+
+@contextmanager
+def live_progress(console: Console, counts: Counts) -> Iterator[None]:
+    """Refresh a status line from ``counts`` until the block ends (quiet when not a tty)."""
+    start = time.monotonic()
+    stop = threading.Event()
+    with Live(status_line(counts, 0), console=console, transient=False) as live:
+
+        def refresh() -> None:
+            while not stop.wait(0.5):
+                live.update(status_line(counts, time.monotonic() - start))
+
+        thread = threading.Thread(target=refresh, daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            thread.join()
+            live.update(status_line(counts, time.monotonic() - start))
+
+
+def summary_table(records: Sequence[RolloutRecord]) -> Table:
+    """Per task: rollouts, verified, mean reward, agent ends and infrastructure failures."""
+    table = Table("task", "rollouts", "verified", "mean reward", "agent ends", "infra failed")
+    by_task: dict[str, list[RolloutRecord]] = defaultdict(list)
+    for r in records:
+        by_task[r.task_id].append(r)
+    for task, rows in sorted(by_task.items()):
+        rewards = [r.reward for r in rows if r.reward is not None]
+        ends: dict[str, int] = defaultdict(int)
+        for r in rows:
+            if r.agent_phase:
+                ends[r.agent_phase] += 1
+        table.add_row(
+            task,
+            str(len(rows)),
+            str(sum(r.status is Status.VERIFIED for r in rows)),
+            f"{sum(rewards) / len(rewards):.3f}" if rewards else "-",
+            ", ".join(f"{k} {v}" for k, v in sorted(ends.items())) or "-",
+            str(sum(r.status is Status.INFRA_FAILED for r in rows)),
+        )
+    return table

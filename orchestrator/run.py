@@ -1,0 +1,267 @@
+"""Orchestrate a batch of rollouts: keys, concurrency, events, retries, cancellation.
+
+Per rollout (one attempt):
+
+1. ``queued`` is recorded when it is planned; it waits for one of ``concurrency`` slots.
+2. The proxy registers it and mints its key (``started``): the key is all the agent gets.
+3. The backend lays out the workspace and runs the harness in its sandbox under the task's agent
+   timeout; the agent's end (``finished`` / ``failed`` / ``timed_out``, exit code) is recorded
+   with the proxy, which closes the rollout to further calls.
+4. The backend runs the verifier in a fresh sandbox; ``verified`` and the RewardEvent (with the
+   verifier's components) are recorded with the admin credential, which only the orchestrator
+   holds.
+
+An infrastructure failure (the sandbox did not start, the proxy was unreachable, the verifier
+crashed or wrote no reward) is recorded as ``infra_failed`` and retried as a new rollout id
+(``-a2``, ``-a3``), with exponential backoff, up to ``max_attempts``; each is counted. An agent
+failure is the agent's result and is never retried. Ctrl-C or SIGTERM (:meth:`Orchestrator.cancel`)
+stops new starts, kills every running sandbox and returns what finished.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from infra.harnesses import Harness
+from infra.proxy_client import ProxyAdmin
+from orchestrator.backend import AgentEnd, RolloutBackend, RolloutJob, Verified
+from orchestrator.plan import PlannedRollout
+from orchestrator.rundir import RolloutRecord, RunDir
+from schemas.enums import RolloutPhase
+from schemas.errors import InfrastructureError, OpenForgeError, ServiceError
+
+
+@dataclass
+class Counts:
+    """Live counters, read by the progress display (updated under the orchestrator's lock)."""
+
+    planned: int = 0
+    queued: int = 0
+    running: int = 0
+    done: int = 0
+    agent_failures: int = 0  # the agent failed or timed out (scored as the verifier says)
+    infra_failures: int = 0  # attempts that failed for infrastructure reasons (retried)
+    gave_up: int = 0  # rollouts whose every attempt failed for infrastructure reasons
+    cancelled: int = 0
+    rewards: list[float] = field(default_factory=list)
+
+    @property
+    def mean_reward(self) -> float | None:
+        return sum(self.rewards) / len(self.rewards) if self.rewards else None
+
+
+@dataclass(frozen=True)
+class OrchestratorConfig:
+    """Attributes:
+    concurrency: rollouts running at once.
+    max_attempts: attempts per rollout when infrastructure fails (1: no retry).
+    backoff_s: the first retry's delay; doubled for each further attempt.
+    model: the model name harnesses ask the proxy for.
+    """
+
+    concurrency: int = 4
+    max_attempts: int = 3
+    backoff_s: float = 1.0
+    model: str = "tiny"
+
+
+class Orchestrator:
+    """Runs planned rollouts of ``harness`` on ``backend`` through the proxy ``admin``."""
+
+    def __init__(
+        self,
+        backend: RolloutBackend,
+        harness: Harness,
+        admin: ProxyAdmin,
+        run_dir: RunDir,
+        config: OrchestratorConfig = OrchestratorConfig(),
+        on_change: Callable[[Counts], None] | None = None,
+    ) -> None:
+        self.backend, self.harness, self.admin = backend, harness, admin
+        self.run_dir, self.config = run_dir, config
+        self.counts = Counts()
+        self._on_change = on_change or (lambda counts: None)
+        self._lock = threading.Lock()
+        self._cancelled = threading.Event()
+
+    def _update(self, **deltas: int) -> None:
+        with self._lock:
+            for name, delta in deltas.items():
+                setattr(self.counts, name, getattr(self.counts, name) + delta)
+        self._on_change(self.counts)
+
+    def cancel(self) -> None:
+        """Start no more rollouts and stop the running ones (from any thread)."""
+        self._cancelled.set()
+        self.backend.cancel()
+
+    def run(self, planned: Sequence[PlannedRollout]) -> list[RolloutRecord]:
+        """Run every planned rollout; returns one record per rollout (its last attempt)."""
+        for p in planned:
+            self.backend.check(p.task, self.harness)
+        self._update(planned=len(planned), queued=len(planned))
+        for p in planned:
+            self._phase(p, p.rollout_id(1), RolloutPhase.QUEUED)
+        records: list[RolloutRecord] = []
+        pending = list(planned)
+        with ThreadPoolExecutor(self.config.concurrency, thread_name_prefix="rollout") as pool:
+            running: set[Future[RolloutRecord]] = set()
+            try:
+                while pending or running:
+                    while pending and len(running) < self.config.concurrency:
+                        if self._cancelled.is_set():
+                            break
+                        running.add(pool.submit(self._rollout, pending.pop(0)))
+                    if not running:
+                        break
+                    done, running = wait(running, timeout=0.5, return_when=FIRST_COMPLETED)
+                    for future in done:
+                        records.append(future.result())
+            except BaseException:  # Ctrl-C / SIGTERM in the main thread: stop everything
+                self.cancel()
+                for future in running:
+                    with contextlib.suppress(Exception):  # each one's record says how it ended
+                        records.append(future.result(timeout=60))
+                raise
+            finally:
+                for p in pending:
+                    self._update(queued=-1, cancelled=1)
+                    records.append(RolloutRecord.cancelled(p, p.rollout_id(1)))
+                self.run_dir.write_summary(records)
+        return records
+
+    def _phase(
+        self, p: PlannedRollout, rollout_id: str, phase: RolloutPhase, message: str | None = None
+    ) -> None:
+        self.admin.record_phase(
+            rollout_id,
+            phase,
+            message=message,
+            task_id=p.task.id,
+            group_id=p.group_id,
+            harness=self.harness.name,
+            backend=self.backend.name,
+        )
+
+    def _rollout(self, p: PlannedRollout) -> RolloutRecord:
+        self._update(queued=-1, running=1)
+        try:
+            for attempt in range(1, self.config.max_attempts + 1):
+                rollout_id = p.rollout_id(attempt)
+                if attempt > 1:
+                    time.sleep(self.config.backoff_s * 2 ** (attempt - 2))
+                    self._phase(p, rollout_id, RolloutPhase.QUEUED)
+                if self._cancelled.is_set():
+                    self._update(cancelled=1)
+                    return RolloutRecord.cancelled(p, rollout_id)
+                try:
+                    record = self._attempt(p, rollout_id, attempt)
+                except InfrastructureError as exc:
+                    if self._cancelled.is_set():
+                        self._update(cancelled=1)
+                        return RolloutRecord.cancelled(p, rollout_id)
+                    self._update(infra_failures=1)
+                    self._record_infra_failure(p, rollout_id, str(exc))
+                    if attempt == self.config.max_attempts:
+                        self._update(gave_up=1)
+                        record = RolloutRecord.infra_failed(p, rollout_id, attempt, str(exc))
+                        self.run_dir.write_record(record)
+                        return record
+                    continue
+                self._update(done=1)
+                return record
+            raise AssertionError("unreachable")  # the loop returns on its last attempt
+        finally:
+            self._update(running=-1)
+
+    def _record_infra_failure(self, p: PlannedRollout, rollout_id: str, why: str) -> None:
+        # If the proxy itself is what failed, the run directory still says so.
+        with contextlib.suppress(ServiceError):
+            self._phase(p, rollout_id, RolloutPhase.INFRA_FAILED, message=why[:2000])
+
+    def _attempt(self, p: PlannedRollout, rollout_id: str, attempt: int) -> RolloutRecord:
+        start = time.monotonic()
+        try:
+            reg = self.admin.register_rollout(
+                rollout_id,
+                task_id=p.task.id,
+                group_id=p.group_id,
+                harness=self.harness.name,
+                harness_version=self.harness.version,
+                metadata={"sample": str(p.sample), "attempt": str(attempt)},
+            )
+        except ServiceError as exc:
+            raise InfrastructureError(f"cannot register with the proxy: {exc}") from exc
+        job = RolloutJob(
+            rollout_id,
+            p.task,
+            self.harness,
+            reg.api_key or "",
+            self.config.model,
+            self.run_dir.rollout_root(rollout_id),
+        )
+        ended: list[AgentEnd] = []
+
+        def on_agent_end(agent: AgentEnd) -> None:
+            ended.append(agent)
+            if agent.phase is not RolloutPhase.FINISHED:
+                self._update(agent_failures=1)
+            self.admin.finish_rollout(
+                rollout_id,
+                agent.phase,
+                exit_code=agent.exit_code,
+                backend=self.backend.name,
+                message=agent.message[:2000],
+            )
+
+        try:
+            verified = self.backend.run(job, on_agent_end)
+        except InfrastructureError:
+            raise
+        except ServiceError as exc:
+            raise InfrastructureError(f"the proxy failed mid-rollout: {exc}") from exc
+        except OpenForgeError as exc:
+            raise InfrastructureError(str(exc)) from exc
+        finally:
+            if not ended:  # never got to the agent's end: close the rollout at the proxy
+                with contextlib.suppress(ServiceError):
+                    self.admin.finish_rollout(
+                        rollout_id, RolloutPhase.FAILED, backend=self.backend.name
+                    )
+        return self._score(p, rollout_id, attempt, verified, start)
+
+    def _score(
+        self, p: PlannedRollout, rollout_id: str, attempt: int, verified: Verified, start: float
+    ) -> RolloutRecord:
+        reward = verified.reward
+        assert reward.reward is not None  # the backend raises otherwise
+        source = reward.source.name if reward.source else "verifier"
+        self._phase(p, rollout_id, RolloutPhase.VERIFIED, message=source)
+        self.admin.post_reward(
+            rollout_id,
+            reward.reward,
+            components=dict(reward.components),
+            verifier=f"{p.task.id}@{p.task.version}",
+            verifier_output=_tail(self.run_dir.rollout_root(rollout_id) / "verifier.out"),
+        )
+        with self._lock:
+            self.counts.rewards.append(reward.reward)
+        record = RolloutRecord.verified(
+            p, rollout_id, attempt, verified, time.monotonic() - start
+        )
+        self.run_dir.write_record(record)
+        return record
+
+
+def _tail(path: Path, limit: int = 4000) -> str | None:
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return None
+    return text[-limit:] or None

@@ -1,0 +1,58 @@
+"""Serving the proxy app: a TCP port and, optionally, a Unix socket, from one uvicorn server.
+
+Sandboxed rollouts have no network; they reach the proxy through its Unix socket, bind-mounted
+into the sandbox (see :mod:`infra.sandbox`). Both listeners serve the same app and state.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+from pathlib import Path
+
+import uvicorn
+
+
+def listeners(host: str, port: int, unix_socket: Path | None = None) -> list[socket.socket]:
+    """Bound, listening sockets: ``host:port`` and, if given, ``unix_socket`` (mode 0666 so a
+    sandbox's own user can connect; replaced if a stale one is there)."""
+    tcp = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    tcp.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    tcp.bind((host, port))
+    tcp.listen(2048)
+    out = [tcp]
+    if unix_socket is not None:
+        unix_socket.parent.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(FileNotFoundError):
+            unix_socket.unlink()
+        uds = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        uds.bind(str(unix_socket))
+        os.chmod(unix_socket, 0o666)
+        uds.listen(2048)
+        out.append(uds)
+    return out
+
+
+def server(app: object, **options: object) -> uvicorn.Server:
+    """A uvicorn server for ``app`` with our defaults (no access log, warnings only)."""
+    config = uvicorn.Config(
+        app,  # type: ignore[arg-type]
+        log_level=str(options.pop("log_level", "warning")),
+        access_log=False,
+        **options,  # type: ignore[arg-type]
+    )
+    return uvicorn.Server(config)
+
+
+def serve(app: object, host: str, port: int, unix_socket: Path | None = None) -> None:
+    """Serve ``app`` until interrupted, on the TCP port and the Unix socket."""
+    sockets = listeners(host, port, unix_socket)
+    try:
+        server(app).run(sockets=sockets)
+    finally:
+        for s in sockets:
+            s.close()
+        if unix_socket is not None:
+            with contextlib.suppress(FileNotFoundError):
+                unix_socket.unlink()

@@ -1,0 +1,75 @@
+"""``openforge rollouts run`` as a user runs it: a real process that starts its own proxy, plays
+the example tasks in sandboxes, prints a summary; SIGTERM stops it with nothing left running."""
+
+from __future__ import annotations
+
+import csv
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from infra.local.process import leftover_processes
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _cli(*args: str) -> list[str]:
+    return [sys.executable, "-m", "openforge", "rollouts", "run", *args]
+
+
+def test_the_oracle_on_the_examples_from_the_command_line(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    done = subprocess.run(
+        _cli(
+            "--tasks",
+            str(ROOT / "examples" / "tasks"),
+            "--harness",
+            "oracle",
+            "--n",
+            "2",
+            "--out",
+            str(out),
+        ),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "6 verified" in done.stdout and "mean reward 1.000" in done.stdout
+    rows = list(csv.DictReader((out / "summary.csv").open()))
+    assert len(rows) == 6 and {r["reward"] for r in rows} == {"1.0"}
+    assert (out / "services" / "log").is_dir()  # the embedded event log
+
+
+def test_sigterm_cancels_cleanly(tmp_path: Path) -> None:
+    task = tmp_path / "slow"
+    (task / "tests").mkdir(parents=True)
+    (task / "solution").mkdir()
+    (task / "instruction.md").write_text("Wait.\n")
+    (task / "task.toml").write_text('version = "1.0"\n[agent]\ntimeout_sec = 600\n')
+    (task / "tests" / "test.sh").write_text("echo 1 > /logs/verifier/reward.txt\n")
+    (task / "solution" / "solve.sh").write_text("sleep 1000 & sleep 1000\n")
+    proc = subprocess.Popen(
+        _cli("--tasks", str(task), "--harness", "oracle", "--n", "2", "--out", str(tmp_path / "r")),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=ROOT,
+    )
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:  # the proxy and two sandboxes are up
+        if len(leftover_processes(proc.pid)) >= 3 and (tmp_path / "r" / "rollouts").exists():
+            if len(list((tmp_path / "r" / "rollouts").glob("*/agent.out"))) == 2:
+                break
+        time.sleep(0.2)
+    time.sleep(1)
+    proc.send_signal(signal.SIGTERM)
+    output, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 130, output[-3000:]
+    assert "cancelled" in output
+    assert leftover_processes(proc.pid) == []
+    assert leftover_processes(os.getpid()) == []

@@ -1,0 +1,57 @@
+"""Fixtures for the orchestrator tests: the example tasks, a real proxy (in a thread, on a Unix
+socket for the sandboxes) and a helper that runs a job through the real local backend."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from infra.harnesses import Harness
+from infra.sandbox import BubblewrapSandbox, ProxyEndpoint
+from infra.tasks import Task
+from openforge.testing.proxy import RunningProxy, proxy_config, running_proxy
+from orchestrator.local import LocalBackend
+from orchestrator.plan import plan
+from orchestrator.run import Orchestrator, OrchestratorConfig
+from orchestrator.rundir import RolloutRecord, RunDir
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = ROOT / "examples" / "tasks"
+NO_UPSTREAM = "http://127.0.0.1:9"  # for harnesses that call no model
+
+
+@dataclass
+class Job:
+    proxy: RunningProxy
+    orchestrator: Orchestrator
+    out: Path
+
+    def run(self, tasks: Sequence[Task], n: int = 1) -> list[RolloutRecord]:
+        return self.orchestrator.run(plan(tasks, n, run_id=self.out.name))
+
+
+@contextmanager
+def job(
+    tmp: Path,
+    harness: Harness,
+    tiny_model_dir: Path,
+    upstream: str = NO_UPSTREAM,
+    concurrency: int = 4,
+    max_attempts: int = 1,
+) -> Iterator[Job]:
+    """A proxy on ``upstream`` and an orchestrator of ``harness`` on the local backend."""
+    kw = {} if upstream != NO_UPSTREAM else {"max_model_len": 4096, "upstream_model": "tiny"}
+    config = proxy_config(upstream, tmp / "proxy", tokenizer=tiny_model_dir, **kw)
+    with running_proxy(config, unix_socket=tmp / "proxy" / "proxy.sock") as proxy:
+        assert proxy.unix_socket is not None
+        backend = LocalBackend(BubblewrapSandbox(), ProxyEndpoint(proxy.unix_socket, 8100))
+        orchestrator = Orchestrator(
+            backend,
+            harness,
+            proxy.admin,
+            RunDir(tmp / "run"),
+            OrchestratorConfig(concurrency=concurrency, max_attempts=max_attempts, backoff_s=0.1),
+        )
+        yield Job(proxy, orchestrator, tmp / "run")

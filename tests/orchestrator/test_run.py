@@ -1,0 +1,133 @@
+"""Orchestration: groups, retries of infrastructure failures (counted, dead-lettered), and
+cancellation that leaves nothing running. Real sandboxes, real proxy, real event log."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from infra.harnesses import NoOp
+from infra.harnesses.base import Endpoint, Invocation, RolloutDirs
+from infra.local.process import leftover_processes, processes_of
+from infra.tasks import load_dataset, load_task
+from openforge.testing.proxy import read_events
+from orchestrator.plan import plan
+from orchestrator.rundir import Status
+from pipeline.jobs import Outputs, run_streaming
+from schemas.archive import read_archive
+from schemas.enums import RolloutPhase
+from schemas.episode import Episode
+from schemas.errors import ConfigError
+from schemas.rollout import RolloutEvent
+from tests.orchestrator.conftest import EXAMPLES, job
+
+
+def _task(root: Path, verifier: str, agent_timeout: float = 60) -> Path:
+    (root / "tests").mkdir(parents=True)
+    (root / "instruction.md").write_text("Do it.\n")
+    (root / "task.toml").write_text(
+        f'version = "1.0"\n[agent]\ntimeout_sec = {agent_timeout}\n[verifier]\ntimeout_sec = 30\n'
+        '[environment]\nworkdir = "/app"\n'
+    )
+    (root / "tests" / "test.sh").write_text(verifier)
+    return root
+
+
+def test_plan_makes_one_group_per_task() -> None:
+    tasks = load_dataset(EXAMPLES)
+    planned = plan(tasks, 3, run_id="run 1")
+    assert len(planned) == 3 * len(tasks)
+    by_group: dict[str, list[int]] = {}
+    for p in planned:
+        by_group.setdefault(p.group_id, []).append(p.sample)
+    assert sorted(by_group) == sorted(f"run-1-{t.id}" for t in tasks)
+    assert all(samples == [0, 1, 2] for samples in by_group.values())
+    assert planned[0].rollout_id(1) == f"run-1-{tasks[0].id}-0"
+    assert planned[0].rollout_id(2) == f"run-1-{tasks[0].id}-0-a2"
+    with pytest.raises(ConfigError, match="at least 1"):
+        plan(tasks, 0, run_id="r")
+
+
+def test_an_infrastructure_failure_is_retried_counted_and_dead_lettered(
+    tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    broken = load_task(_task(tmp_path / "broken", "#!/bin/bash\necho 'no reward written'\n"))
+    with job(tmp_path / "job", NoOp(), tiny_model_dir, max_attempts=2) as j:
+        (record,) = j.run([broken])
+        j.proxy.flush()
+        log_url = j.proxy.config.log_url
+        counts = j.orchestrator.counts
+    assert record.status is Status.INFRA_FAILED and record.attempt == 2
+    assert "gave no reward" in record.message
+    assert (counts.infra_failures, counts.gave_up, counts.done) == (2, 1, 0)
+    first, second = record.rollout_id.removesuffix("-a2"), record.rollout_id
+    events = [r for r in read_events(log_url, want=8) if isinstance(r, RolloutEvent)]
+    for rollout_id in (first, second):
+        phases = [e.phase for e in events if e.rollout_id == rollout_id]
+        assert phases == [
+            RolloutPhase.QUEUED,
+            RolloutPhase.STARTED,
+            RolloutPhase.FINISHED,
+            RolloutPhase.INFRA_FAILED,
+        ]
+    run_streaming(
+        log_url, Outputs(None, str(tmp_path / "ep")), allowed_lateness_s=5, stop_when_idle_s=3
+    )
+    dead = list(read_archive(tmp_path / "ep" / "deadletter", Episode))
+    assert {d.rollout_id for d in dead} == {first, second}
+    assert all((d.dead_letter or "").startswith("infrastructure failure: ") for d in dead)
+
+
+class Sleeper(NoOp):
+    """An agent that never finishes on its own (and starts a background process too)."""
+
+    name = "sleeper"
+
+    def invocation(
+        self, task: str, endpoint: Endpoint, dirs: RolloutDirs, timeout_s: float
+    ) -> Invocation:
+        argv = ["/bin/bash", "-c", "(sleep 1000 &) ; sleep 1000"]
+        return Invocation(argv, self.base_env(dirs, endpoint), dirs.workspace)
+
+
+def test_cancellation_mid_run_leaves_nothing_running(tiny_model_dir: Path, tmp_path: Path) -> None:
+    slow = load_task(_task(tmp_path / "slow", "#!/bin/bash\necho 1 > /logs/verifier/reward.txt\n"))
+    with job(tmp_path / "job", Sleeper(), tiny_model_dir, concurrency=2) as j:
+        records: list[object] = []
+        runner = threading.Thread(target=lambda: records.extend(j.run([slow], n=4)))
+        runner.start()
+        deadline = time.monotonic() + 60
+        while len(processes_of(f"{os.getpid()}.sandbox.")) < 4 and time.monotonic() < deadline:
+            time.sleep(0.1)  # two sandboxes, each with its init and the agent's processes
+        assert j.orchestrator.counts.running == 2
+        started = time.monotonic()
+        j.orchestrator.cancel()
+        runner.join(60)
+        assert not runner.is_alive() and time.monotonic() - started < 30
+    assert processes_of(f"{os.getpid()}.sandbox.") == []
+    assert leftover_processes() == []
+    statuses = sorted(r.status for r in records)  # type: ignore[attr-defined]
+    assert statuses.count(Status.CANCELLED) >= 2 and len(statuses) == 4
+    assert j.orchestrator.counts.done == 0
+
+
+def test_the_local_backend_refuses_what_it_cannot_provide(tmp_path: Path) -> None:
+    from infra.harnesses import Oracle
+    from infra.sandbox import BubblewrapSandbox, ProxyEndpoint
+    from orchestrator.local import LocalBackend
+    from orchestrator.registry import ROLLOUT_BACKENDS
+
+    root = _task(tmp_path / "imaged", "#!/bin/bash\n")
+    toml = root / "task.toml"
+    toml.write_text(toml.read_text() + 'docker_image = "ghcr.io/example/torch:2"\n')
+    backend = LocalBackend(BubblewrapSandbox(), ProxyEndpoint(tmp_path / "p.sock", 8100))
+    with pytest.raises(ConfigError, match="--backend kubernetes"):
+        backend.check(load_task(root), NoOp())
+    with pytest.raises(ConfigError, match="no solution/solve.sh"):
+        backend.check(load_task(_task(tmp_path / "unsolved", "#!/bin/bash\n")), Oracle())
+    with pytest.raises(ConfigError, match="unknown rollout backend 'k8s': choose one of local"):
+        ROLLOUT_BACKENDS.get("k8s")

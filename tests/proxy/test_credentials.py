@@ -1,0 +1,136 @@
+"""Reward integrity: the proxy always has an admin credential, and a rollout's key (all an agent
+holds) only makes completions. Also the orchestrator's lifecycle phases and the Unix socket that
+sandboxes reach the proxy through."""
+
+from __future__ import annotations
+
+import stat
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from openforge.testing import fast_upstream
+from openforge.testing.proxy import (
+    RunningProxy,
+    proxy_config,
+    read_events,
+    running_proxy,
+    serve_in_thread,
+)
+from schemas.enums import RolloutPhase
+from schemas.rollout import RolloutEvent
+
+CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+
+
+@pytest.fixture(scope="module")
+def proxy(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningProxy]:
+    with serve_in_thread(fast_upstream.create_app(str(tiny_model_dir), 4), "upstream") as url:
+        tmp = Path(tmp_path_factory.mktemp("credentials"))
+        config = proxy_config(url, tmp)  # no admin token given: one is generated
+        with running_proxy(config, unix_socket=tmp / "proxy.sock") as p:
+            yield p
+
+
+def test_a_generated_admin_token_is_written_for_its_owner_only(proxy: RunningProxy) -> None:
+    path = proxy.config.spool_dir.parent / "proxy-admin-token"
+    token = path.read_text()
+    assert token == proxy.config.admin_token and token.startswith("ofa_") and len(token) > 40
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    # Admin routes are closed without it.
+    assert httpx.post(f"{proxy.url}/admin/rollouts", json={}).status_code == 401
+    assert httpx.post(f"{proxy.url}/admin/pause").status_code == 401
+
+
+def test_a_rollout_key_makes_completions_and_nothing_else(proxy: RunningProxy) -> None:
+    rollout = f"k-{uuid.uuid4().hex[:6]}"
+    key = proxy.register(rollout)["api_key"]
+    auth = {"authorization": f"Bearer {key}"}
+    assert httpx.post(f"{proxy.url}/v1/chat/completions", json=CHAT, headers=auth).status_code
+    for path, body in [
+        (f"/rollout/{rollout}/reward", {"reward": 1.0}),
+        (f"/admin/rollouts/{rollout}/finish", {"exit_code": 0}),
+        (f"/admin/rollouts/{rollout}/phase", {"phase": "verified"}),
+        ("/admin/rollouts", {"rollout_id": f"{rollout}-2"}),
+        ("/admin/policy", {"version": 9}),
+        ("/admin/pause", {}),
+    ]:
+        resp = httpx.post(f"{proxy.url}{path}", json=body, headers=auth)
+        assert resp.status_code == 401, (path, resp.text)
+        assert resp.json()["error"]["code"] == "admin_token_required"
+    admin = proxy.admin
+    admin.post_reward(rollout, 1.0, components={"tests": 1.0}, verifier="unit")
+    admin.finish_rollout(rollout, exit_code=0)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"reward": float("nan")},
+        {"reward": "1"},
+        {"reward": True},
+        {"reward": 10**400},
+        {"reward": 1.0, "components": {"tests": float("inf")}},
+        {"reward": 1.0, "verifier": 7},
+    ],
+)
+def test_a_reward_that_is_not_a_finite_number_is_a_400(proxy: RunningProxy, body: object) -> None:
+    rollout = f"n-{uuid.uuid4().hex[:6]}"
+    proxy.register(rollout)
+    # json.dumps writes NaN and Infinity, as a careless client would.
+    resp = httpx.post(
+        f"{proxy.url}/rollout/{rollout}/reward", json=body, headers=proxy.admin_headers
+    )
+    assert resp.status_code == 400, resp.text
+    assert resp.json()["error"]["type"] == "invalid_request_error"
+
+
+def test_orchestrator_phases_are_recorded(proxy: RunningProxy) -> None:
+    queued, broken = f"q-{uuid.uuid4().hex[:6]}", f"b-{uuid.uuid4().hex[:6]}"
+    admin = proxy.admin
+    admin.record_phase(queued, RolloutPhase.QUEUED, task_id="t1", group_id="g1")
+    proxy.register(queued, task_id="t1", group_id="g1")
+    admin.finish_rollout(queued, exit_code=0)
+    admin.record_phase(queued, RolloutPhase.VERIFIED, message="reward.txt")
+    proxy.register(broken, task_id="t2")
+    admin.record_phase(broken, RolloutPhase.INFRA_FAILED, message="sandbox did not start")
+    assert proxy.state.rollouts.get(broken) is None  # evicted like a finished rollout
+    bad = httpx.post(
+        f"{proxy.url}/admin/rollouts/{queued}/phase",
+        json={"phase": "finished"},
+        headers=proxy.admin_headers,
+    )
+    assert bad.status_code == 400 and "queued, verified, infra_failed" in bad.text
+    proxy.flush()
+    records = read_events(proxy.config.log_url, group=queued, want=6)
+    phases = {
+        (r.rollout_id, r.phase): r
+        for r in records
+        if isinstance(r, RolloutEvent) and r.rollout_id in (queued, broken)
+    }
+    assert set(phases) == {
+        (queued, RolloutPhase.QUEUED),
+        (queued, RolloutPhase.STARTED),
+        (queued, RolloutPhase.FINISHED),
+        (queued, RolloutPhase.VERIFIED),
+        (broken, RolloutPhase.STARTED),
+        (broken, RolloutPhase.INFRA_FAILED),
+    }
+    assert phases[(queued, RolloutPhase.QUEUED)].group_id == "g1"
+    assert phases[(queued, RolloutPhase.VERIFIED)].task_id == "t1"
+    assert phases[(broken, RolloutPhase.INFRA_FAILED)].message == "sandbox did not start"
+
+
+def test_the_unix_socket_serves_the_same_proxy(proxy: RunningProxy) -> None:
+    assert proxy.unix_socket is not None
+    transport = httpx.HTTPTransport(uds=str(proxy.unix_socket))
+    with httpx.Client(transport=transport, base_url="http://proxy") as client:
+        health = client.get("/health")
+        assert health.status_code == 200 and health.json()["status"] == "ok"
+        rollout = f"u-{uuid.uuid4().hex[:6]}"
+        proxy.register(rollout)
+        resp = client.post(f"/rollout/{rollout}/v1/chat/completions", json=CHAT)
+        assert resp.status_code == 200 and resp.json()["choices"][0]["message"]
