@@ -252,9 +252,7 @@ class Orchestrator:
         )
         with self._lock:
             self.counts.rewards.append(reward.reward)
-        record = RolloutRecord.verified(
-            p, rollout_id, attempt, verified, time.monotonic() - start
-        )
+        record = RolloutRecord.verified(p, rollout_id, attempt, verified, time.monotonic() - start)
         self.run_dir.write_record(record)
         return record
 

@@ -61,10 +61,10 @@ def test_sigterm_cancels_cleanly(tmp_path: Path) -> None:
         cwd=ROOT,
     )
     deadline = time.monotonic() + 120
+    rollouts = tmp_path / "r" / "rollouts"
     while time.monotonic() < deadline:  # the proxy and two sandboxes are up
-        if len(leftover_processes(proc.pid)) >= 3 and (tmp_path / "r" / "rollouts").exists():
-            if len(list((tmp_path / "r" / "rollouts").glob("*/agent.out"))) == 2:
-                break
+        if len(leftover_processes(proc.pid)) >= 3 and len(list(rollouts.glob("*/agent.out"))) == 2:
+            break
         time.sleep(0.2)
     time.sleep(1)
     proc.send_signal(signal.SIGTERM)

@@ -127,7 +127,7 @@ def test_the_local_backend_refuses_what_it_cannot_provide(tmp_path: Path) -> Non
     backend = LocalBackend(BubblewrapSandbox(), ProxyEndpoint(tmp_path / "p.sock", 8100))
     with pytest.raises(ConfigError, match="--backend kubernetes"):
         backend.check(load_task(root), NoOp())
-    with pytest.raises(ConfigError, match="no solution/solve.sh"):
+    with pytest.raises(ConfigError, match=r"no solution/solve\.sh"):
         backend.check(load_task(_task(tmp_path / "unsolved", "#!/bin/bash\n")), Oracle())
     with pytest.raises(ConfigError, match="unknown rollout backend 'k8s': choose one of local"):
         ROLLOUT_BACKENDS.get("k8s")
