@@ -73,6 +73,7 @@ def test_the_oracle_solves_each_example(task: Task, tiny_model_dir: Path, tmp_pa
             rollout_id=rollout_id,
             task_id=task.id,
             timeout_s=task.agent.timeout_sec,
+            admin_token=proxy.config.admin_token,
         )
         proxy.flush()
     assert result.phase is RolloutPhase.FINISHED, (result.stdout, result.stderr)
