@@ -70,8 +70,9 @@ class RolloutBackend(abc.ABC):
     name: ClassVar[str]
 
     @abc.abstractmethod
-    def check(self, task: Task, harness: Harness) -> None:
-        """Refuse (ConfigError, saying where it can run) a task this backend cannot run."""
+    def check(self, task: Task, harness: Harness) -> list[str]:
+        """Refuse (ConfigError, saying where it can run) a task this backend cannot run; else
+        the notes the run's log should show (how the task's environment is provided)."""
 
     @abc.abstractmethod
     def run(self, job: RolloutJob, on_agent_end: Callable[[AgentEnd], None]) -> Verified:

@@ -2,8 +2,10 @@
 
 Per attempt, under ``job.root`` (host)::
 
-    workspace/        the task's environment/ files, then whatever the agent leaves; it appears
-                      at the task's workdir (e.g. /app) inside both sandboxes
+    workspace/        the task's files (its Dockerfile's COPY lines, or all of environment/),
+                      then whatever the agent leaves; it appears at the Dockerfile's WORKDIR
+                      or the task's workdir (e.g. /app) inside both sandboxes
+    image/            COPY destinations outside the workspace, mounted at their paths
     home/             the harness's private home (its config, state); same path inside
     logs/agent/       /logs/agent inside the agent's sandbox (Harbor's layout)
     logs/verifier/    /logs/verifier inside the verifier's sandbox: reward.txt / reward.json
@@ -18,7 +20,6 @@ verifier runs afterwards in a fresh sandbox over the same workspace with ``tests
 
 from __future__ import annotations
 
-import shutil
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -38,38 +39,14 @@ from infra.sandbox import (
 from infra.tasks import Task, read_reward
 from orchestrator.backend import AgentEnd, BackendName, RolloutBackend, Verified
 from orchestrator.backend import RolloutJob as Job
+from orchestrator.workspace import Prepared, lay_out, notes
 from schemas.enums import RolloutPhase
-from schemas.errors import ConfigError, InfrastructureError
+from schemas.errors import ConfigError, InfrastructureError, SetupError
 
 LOGS = "/logs"
 SOLUTION = "/solution"
 TESTS = "/tests"
 VERIFIER_PATH = "/usr/local/bin:/usr/bin:/bin"
-
-
-def lay_out(task: Task, root: Path) -> dict[str, Path]:
-    """Create an attempt's directories and copy the task's environment into the workspace."""
-    dirs = {
-        "workspace": root / "workspace",
-        "home": root / "home",
-        "agent_logs": root / "logs" / "agent",
-        "verifier_logs": root / "logs" / "verifier",
-    }
-    if root.exists():  # a rerun of the same attempt starts clean
-        shutil.rmtree(root)
-    for path in dirs.values():
-        path.mkdir(parents=True)
-    env = task.environment_dir
-    if env is not None:
-        for item in env.iterdir():
-            if item.name == "Dockerfile":
-                continue  # the image recipe, not a workspace file
-            target = dirs["workspace"] / item.name
-            if item.is_dir():
-                shutil.copytree(item, target, symlinks=True)
-            else:
-                shutil.copy2(item, target)
-    return dirs
 
 
 class LocalBackend(RolloutBackend):
@@ -78,14 +55,19 @@ class LocalBackend(RolloutBackend):
     name = BackendName.LOCAL
 
     def __init__(
-        self, sandbox: SandboxBackend, proxy: ProxyEndpoint, max_processes: int = 512
+        self,
+        sandbox: SandboxBackend,
+        proxy: ProxyEndpoint,
+        max_processes: int = 512,
+        allow_internet_tasks: bool = False,
     ) -> None:
         self.sandbox = sandbox
         self.proxy = proxy
         self.max_processes = max_processes
+        self.allow_internet_tasks = allow_internet_tasks
         self._cancelled = threading.Event()
 
-    def check(self, task: Task, harness: Harness) -> None:
+    def check(self, task: Task, harness: Harness) -> list[str]:
         image = task.environment.docker_image
         if image:
             raise ConfigError(
@@ -98,18 +80,28 @@ class LocalBackend(RolloutBackend):
                 f"task {task.id} has no solution/solve.sh for the oracle: add one or pick "
                 "another harness"
             )
+        said = []
+        if task.environment.allow_internet:
+            if not self.allow_internet_tasks:
+                raise ConfigError(
+                    f"task {task.id} ({task.config_file}) sets allow_internet = true, but a local "
+                    "sandbox reaches only the proxy: run it with --backend kubernetes, or pass "
+                    "--allow-internet-tasks to run it without internet anyway"
+                )
+            said.append(f"{task.id}: allow_internet = true, run without internet (opted in)")
+        return said + notes(task)  # a refused Dockerfile line raises here, before any start
 
     def _limits(self, task: Task) -> Limits:
         return Limits(memory_mib=task.environment.memory_mb, max_processes=self.max_processes)
 
     def run(self, job: Job, on_agent_end: Callable[[AgentEnd], None]) -> Verified:
         task = job.task
-        workdir = task.environment.workdir
         try:
-            dirs = lay_out(task, job.root)
-        except OSError as exc:
+            prepared = lay_out(task, job.root)
+        except (OSError, SetupError) as exc:
             raise InfrastructureError(f"cannot lay out the workspace: {exc}") from exc
-        agent = self._run_agent(job, dirs, workdir)
+        dirs, workdir = prepared.dirs, prepared.workdir
+        agent = self._run_agent(job, prepared)
         on_agent_end(agent)
         if self._cancelled.is_set():
             raise InfrastructureError("cancelled")
@@ -119,12 +111,18 @@ class LocalBackend(RolloutBackend):
                 stdout=job.root / "verifier.out",
                 stderr=job.root / "verifier.err",
                 cwd=workdir,
-                env={"PATH": VERIFIER_PATH, "LANG": "C.UTF-8", **task.verifier.env},
+                env={
+                    **prepared.env,
+                    "PATH": ":".join([*prepared.path_prefix, VERIFIER_PATH]),
+                    "LANG": "C.UTF-8",
+                    **task.verifier.env,
+                },
                 mounts=(
                     Mount(dirs["workspace"], workdir, read_only=False),
                     Mount(task.tests_dir, TESTS, read_only=True),
                     Mount(dirs["verifier_logs"], f"{LOGS}/verifier", read_only=False),
                     Mount(dirs["agent_logs"], f"{LOGS}/agent", read_only=True),
+                    *prepared.mounts,
                 ),
                 limits=self._limits(task),
                 timeout_s=task.verifier.timeout_sec,
@@ -143,8 +141,9 @@ class LocalBackend(RolloutBackend):
         }
         return Verified(agent, reward, verifier.exit_code, verifier.duration_s, files)
 
-    def _run_agent(self, job: Job, dirs: dict[str, Path], workdir: str) -> AgentEnd:
+    def _run_agent(self, job: Job, prepared: Prepared) -> AgentEnd:
         task, harness = job.task, job.harness
+        dirs, workdir = prepared.dirs, prepared.workdir
         endpoint = Endpoint(self.proxy.base_url, job.rollout_id, job.api_key, job.model)
         # The harness writes its config under the host home, seen at the same path inside; the
         # workspace is named by its path inside the sandbox.
@@ -159,10 +158,12 @@ class LocalBackend(RolloutBackend):
             Mount(dirs["home"], str(dirs["home"]), read_only=False),
             Mount(dirs["agent_logs"], f"{LOGS}/agent", read_only=False),
             *(Mount(p, str(p), read_only=True) for p in harness.read_only_paths()),
+            *prepared.mounts,
         ]
         if harness.name == "oracle" and task.solution_dir is not None:
             mounts.append(Mount(task.solution_dir, SOLUTION, read_only=True))
-        env = {**inv.env, **task.environment.env}
+        env = {**prepared.env, **inv.env}
+        env["PATH"] = ":".join([*prepared.path_prefix, env.get("PATH", VERIFIER_PATH)])
         result = self.sandbox.run(
             SandboxSpec(
                 argv=tuple(inv.argv),

@@ -1,16 +1,13 @@
 """The rollout backends by name (``--backend``): each a factory of
-``(sandbox, proxy endpoint) -> RolloutBackend``."""
+``(sandbox, proxy endpoint, **options) -> RolloutBackend``."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from infra.sandbox import ProxyEndpoint, SandboxBackend
 from orchestrator.backend import BackendName, RolloutBackend
 from orchestrator.local import LocalBackend
 from schemas.registry import Registry
 
-ROLLOUT_BACKENDS: Registry[Callable[[SandboxBackend, ProxyEndpoint], RolloutBackend]] = Registry(
-    "rollout backend"
-)
+ROLLOUT_BACKENDS: Registry[Callable[..., RolloutBackend]] = Registry("rollout backend")
 ROLLOUT_BACKENDS.add(BackendName.LOCAL, LocalBackend)

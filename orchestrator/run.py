@@ -101,10 +101,20 @@ class Orchestrator:
         self._cancelled.set()
         self.backend.cancel()
 
+    def check(self, planned: Sequence[PlannedRollout]) -> list[str]:
+        """Refuse (ConfigError) what the backend cannot run, before anything starts; returns the
+        backend's notes for the run's log (how each task's environment is provided)."""
+        notes: list[str] = []
+        seen: set[str] = set()
+        for p in planned:
+            if p.task.id not in seen:
+                seen.add(p.task.id)
+                notes += self.backend.check(p.task, self.harness)
+        return notes
+
     def run(self, planned: Sequence[PlannedRollout]) -> list[RolloutRecord]:
         """Run every planned rollout; returns one record per rollout (its last attempt)."""
-        for p in planned:
-            self.backend.check(p.task, self.harness)
+        self.check(planned)
         self._update(planned=len(planned), queued=len(planned))
         for p in planned:
             self._phase(p, p.rollout_id(1), RolloutPhase.QUEUED)

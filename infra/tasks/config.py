@@ -88,6 +88,14 @@ class Section:
             raise self.fail(key, "true or false", value)
         return value
 
+    def optional_boolean(self, key: str) -> bool | None:
+        if key not in self._table:
+            return None
+        value = self._table.pop(key)
+        if not isinstance(value, bool):
+            raise self.fail(key, "true or false", value)
+        return value
+
     def string(self, key: str, default: str) -> str:
         value = self._table.pop(key, default)
         if not isinstance(value, str):
@@ -178,7 +186,7 @@ def environment(section: Section) -> EnvironmentSettings:
         storage_mb=section.integer("storage_mb", defaults.storage_mb),
         gpus=section.integer("gpus", defaults.gpus, minimum=0),
         gpu_types=section.strings("gpu_types"),
-        allow_internet=section.boolean("allow_internet", defaults.allow_internet),
+        allow_internet=section.optional_boolean("allow_internet"),
         env=section.string_table("env"),
         workdir=section.string("workdir", DEFAULT_WORKDIR),
         extra=section.rest(),

@@ -91,7 +91,7 @@ class EnvironmentSettings:
     storage_mb: int = 10240
     gpus: int = 0
     gpu_types: tuple[str, ...] | None = None  # acceptable GPU types; None: any
-    allow_internet: bool = True
+    allow_internet: bool | None = None  # None: not said (Harbor: allowed; a local sandbox: no)
     env: Mapping[str, str] = field(default_factory=_empty)  # variables set in the sandbox
     workdir: str = DEFAULT_WORKDIR
     extra: Mapping[str, Any] = field(

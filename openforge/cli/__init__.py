@@ -4,7 +4,17 @@ from __future__ import annotations
 
 import typer
 
-from openforge.cli import demo, model, pipeline, proxy, rollout, rollouts, services, trainer
+from openforge.cli import (
+    demo,
+    model,
+    pipeline,
+    proxy,
+    rollout,
+    rollouts,
+    services,
+    tasks,
+    trainer,
+)
 
 app = typer.Typer(
     name="openforge",
@@ -17,6 +27,7 @@ app.add_typer(model.app, name="model")
 app.add_typer(pipeline.app, name="pipeline")
 app.add_typer(trainer.app, name="trainer")
 app.add_typer(rollouts.app, name="rollouts")
+app.add_typer(tasks.app, name="tasks")
 app.add_typer(rollout.app, name="rollout")
 app.command("demo")(demo.demo)
 app.command("proxy")(proxy.proxy)

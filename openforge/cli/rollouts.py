@@ -45,6 +45,9 @@ def run(
         Path | None, typer.Option(help="Model directory for vLLM (default: the tiny model).")
     ] = None,
     max_attempts: Annotated[int, typer.Option(help="Attempts on infrastructure failure.")] = 3,
+    allow_internet_tasks: Annotated[
+        bool, typer.Option(help="Run allow_internet tasks anyway (the sandbox has no internet).")
+    ] = False,
 ) -> None:
     """Run every task N times with HARNESS: lay out, run in a sandbox, verify, record rewards."""
     from rich.console import Console
@@ -71,7 +74,9 @@ def run(
     out.mkdir(parents=True, exist_ok=True)
 
     def orchestrate(admin: ProxyAdmin, endpoint: ProxyEndpoint, model_name: str) -> None:
-        rollout_backend = ROLLOUT_BACKENDS.get(backend)(sandbox(), endpoint)
+        rollout_backend = ROLLOUT_BACKENDS.get(backend)(
+            sandbox(), endpoint, allow_internet_tasks=allow_internet_tasks
+        )
         orch = Orchestrator(
             rollout_backend,
             chosen,
@@ -85,6 +90,8 @@ def run(
             f"{len(planned)} rollouts: {len(dataset)} tasks x {n} with {chosen.name} on the "
             f"{backend} backend; run directory {out}"
         )
+        for note in orch.check(planned):  # refusals raise here, before anything runs
+            console.print(f"[dim]note:[/] {note}")
         start = time.monotonic()
         try:
             with live_progress(console, orch.counts):

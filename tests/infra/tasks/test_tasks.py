@@ -85,7 +85,7 @@ def test_an_empty_task_toml_gets_harbors_defaults(tmp_path: Path) -> None:
     assert task.agent.timeout_sec == 600.0 and task.verifier.timeout_sec == 600.0
     env = task.environment
     assert (env.build_timeout_sec, env.cpus, env.memory_mb, env.storage_mb) == (600, 1, 2048, 10240)
-    assert (env.gpus, env.gpu_types, env.allow_internet, env.docker_image) == (0, None, True, None)
+    assert (env.gpus, env.gpu_types, env.allow_internet, env.docker_image) == (0, None, None, None)
     assert env.workdir == "/app" and task.dockerfile is None and task.solution_dir is None
     assert task.environment_dir is None
 

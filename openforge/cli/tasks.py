@@ -1,0 +1,91 @@
+"""``openforge tasks``: check a Harbor task set before training on it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+app = typer.Typer(help="Check Harbor tasks.", no_args_is_help=True)
+
+
+def _task_dirs(path: Path) -> list[Path]:
+    """Each task of a dataset, loaded one by one (so one malformed task does not hide the rest):
+    the directory itself when it is a task, else its task subdirectories, or a manifest's."""
+    from infra.tasks import read_manifest
+
+    if path.is_file():
+        return [entry[0] for entry in read_manifest(path)]
+    if (path / "task.toml").exists():
+        return [path]
+    return sorted(p for p in path.iterdir() if p.is_dir() and (p / "task.toml").exists())
+
+
+@app.command("check")
+def check(
+    path: Annotated[Path, typer.Argument(help="A task, a directory of tasks, or a manifest.")],
+    out: Annotated[Path, typer.Option(help="Where the oracle's run directory goes.")] = Path(
+        "runs/tasks-check"
+    ),
+    oracle: Annotated[bool, typer.Option(help="Run the oracle where a solution exists.")] = True,
+    allow_internet_tasks: Annotated[
+        bool, typer.Option(help="Accept allow_internet tasks (run without internet).")
+    ] = False,
+) -> None:
+    """Load every task, say whether the local backend can run it (and why not), and run the
+    oracle (the task's own solution) where there is one: a table of rewards at the end."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from infra.harnesses import NoOp, Oracle
+    from infra.sandbox import sandbox
+    from infra.tasks import Task, load_task
+    from openforge.stack import local_stack
+    from orchestrator.plan import plan
+    from orchestrator.registry import ROLLOUT_BACKENDS
+    from orchestrator.run import Orchestrator, OrchestratorConfig
+    from orchestrator.rundir import RunDir
+    from schemas.errors import OpenForgeError
+
+    console = Console()
+    rows: dict[str, list[str]] = {}
+    runnable: list[Task] = []
+    with local_stack(out / "services", needs_model=False, say=lambda _: None) as stack:
+        backend = ROLLOUT_BACKENDS.get("local")(
+            sandbox(), stack.endpoint, allow_internet_tasks=allow_internet_tasks
+        )
+        for task_dir in _task_dirs(path):
+            name = task_dir.name
+            try:
+                task = load_task(task_dir)
+                name = task.id
+                notes = backend.check(task, Oracle() if task.solution_dir else NoOp())
+            except OpenForgeError as exc:  # a malformed task, or one this backend refuses
+                rows[name] = ["no", str(exc), "-"]
+                continue
+            rows[name] = ["yes", "; ".join(n.split(": ", 1)[1] for n in notes) or "-", "-"]
+            if task.solution_dir is None:
+                rows[name][2] = "no solution"
+            else:
+                runnable.append(task)
+        if oracle and runnable:
+            orch = Orchestrator(
+                backend, Oracle(), stack.admin, RunDir(out), OrchestratorConfig(max_attempts=1)
+            )
+            for record in orch.run(plan(runnable, 1, run_id=out.name)):
+                rows[record.task_id][2] = (
+                    f"{record.reward:.3f}" if record.reward is not None else record.status.value
+                )
+    table = Table("task", "local backend", "notes / why not", "oracle reward")
+    for name, (ok, why, reward) in sorted(rows.items()):
+        table.add_row(name, ok, why, reward)
+    console.print(table)
+    refused = [n for n, r in rows.items() if r[0] != "yes"]
+    unsolved = [n for n, r in rows.items() if r[2] not in ("-", "no solution", "1.000")]
+    console.print(
+        f"{len(rows)} tasks: {len(rows) - len(refused)} runnable here, {len(refused)} refused; "
+        f"oracle below 1 on {len(unsolved)}"
+    )
+    if refused or unsolved:
+        raise typer.Exit(1)

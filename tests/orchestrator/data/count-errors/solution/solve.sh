@@ -1,0 +1,2 @@
+#!/bin/bash
+grep -c ERROR /app/access.log > /app/errors.txt

@@ -1,0 +1,116 @@
+"""A typical published Harbor task runs unchanged on the local backend, without Docker: a
+Dockerfile with ``FROM python:3.12-slim``, ``RUN pip install pytest pytest-json-ctrf``,
+``WORKDIR /app`` and ``COPY data/access.log /app/access.log``; a pytest verifier writing a CTRF
+report and ``reward.txt``; a solution that writes by absolute path."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from infra.harnesses import NoOp, Oracle
+from infra.sandbox import BubblewrapSandbox, ProxyEndpoint
+from infra.tasks import load_task
+from infra.tasks.pip_env import ensure_pip_env
+from orchestrator.local import LocalBackend
+from orchestrator.plan import plan
+from orchestrator.rundir import Status
+from schemas.errors import ConfigError, TaskError
+from tests.orchestrator.conftest import job
+
+DATA = Path(__file__).with_name("data")
+REQUIREMENTS = ("pytest==8.4.1", "pytest-json-ctrf==0.3.5")
+
+
+def test_a_typical_harbor_task_scores_1_with_the_oracle_and_0_doing_nothing(
+    tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OPENFORGE_CACHE", str(tmp_path / "cache"))  # a cold pip environment
+    task = load_task(DATA / "count-errors")
+    with job(tmp_path / "oracle", Oracle(), tiny_model_dir) as j:
+        notes = j.orchestrator.check(plan([task], 1, run_id="check"))
+        (solved,) = j.run([task])
+    with job(tmp_path / "noop", NoOp(), tiny_model_dir) as j2:
+        (nothing,) = j2.run([task])
+    assert any("FROM python:3.12-slim" in n and "root filesystem" in n for n in notes)
+    assert any("pytest==8.4.1 pytest-json-ctrf==0.3.5" in n for n in notes)
+    assert (solved.status, solved.reward) == (Status.VERIFIED, 1.0), solved
+    assert (nothing.status, nothing.reward) == (Status.VERIFIED, 0.0), nothing
+    root = j.out / "rollouts" / solved.rollout_id
+    assert (root / "workspace" / "access.log").exists()  # COPY laid it into /app
+    assert (root / "workspace" / "errors.txt").read_text().strip() == "3"
+    assert '"passed": 2' in (root / "logs" / "verifier" / "ctrf.json").read_text()
+    assert "2 passed" in (root / "verifier.out").read_text()
+    # The pip environment was built once, for both jobs: a third use installs nothing.
+    again = ensure_pip_env(REQUIREMENTS)
+    assert not again.built and (again.bin_dir / "pytest").exists()
+    assert again.root.parent == tmp_path / "cache" / "task-envs"
+    assert len(list((tmp_path / "cache" / "task-envs").glob("*/.complete"))) == 1
+
+
+def _copy_with(tmp: Path, dockerfile_extra: str = "", toml_extra: str = "") -> Path:
+    task = tmp / "task"
+    shutil.copytree(DATA / "count-errors", task)
+    dockerfile = task / "environment" / "Dockerfile"
+    dockerfile.write_text(dockerfile.read_text() + dockerfile_extra)
+    toml = task / "task.toml"
+    toml.write_text(toml.read_text().replace("allow_internet = false\n", toml_extra))
+    return task
+
+
+def test_an_unsupported_instruction_is_refused_naming_its_line(tmp_path: Path) -> None:
+    task = load_task(_copy_with(tmp_path, "RUN apt-get update && apt-get install -y jq\n"))
+    backend = LocalBackend(BubblewrapSandbox(), ProxyEndpoint(tmp_path / "p.sock", 8100))
+    with pytest.raises(TaskError) as refused:
+        backend.check(task, Oracle())
+    message = str(refused.value)
+    assert "Dockerfile:8: `RUN apt-get update && apt-get install -y jq`" in message
+    assert "--backend kubernetes" in message and "docker_image" in message
+
+
+def test_allow_internet_is_refused_unless_opted_in(tmp_path: Path) -> None:
+    task = load_task(_copy_with(tmp_path, toml_extra="allow_internet = true\n"))
+    endpoint = ProxyEndpoint(tmp_path / "p.sock", 8100)
+    with pytest.raises(ConfigError, match="reaches only the proxy"):
+        LocalBackend(BubblewrapSandbox(), endpoint).check(task, Oracle())
+    notes = LocalBackend(BubblewrapSandbox(), endpoint, allow_internet_tasks=True).check(
+        task, Oracle()
+    )
+    assert any("without internet" in n for n in notes)
+
+
+def test_tasks_check_reports_each_task_and_runs_the_oracle(tmp_path: Path) -> None:
+    tasks = tmp_path / "tasks"
+    tasks.mkdir()
+    shutil.copytree(DATA / "count-errors", tasks / "count-errors")
+    shutil.copytree(_copy_with(tmp_path / "a", "USER nobody\n"), tasks / "needs-user")
+    (tasks / "broken").mkdir()
+    (tasks / "broken" / "task.toml").write_text('version = "1.0"\n')
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "openforge",
+            "tasks",
+            "check",
+            str(tasks),
+            "--out",
+            str(tmp_path / "out"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "COLUMNS": "300"},
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    assert done.returncode == 1, done.stdout + done.stderr  # two tasks cannot run here
+    lines = {line.split("│")[1].strip(): line for line in done.stdout.splitlines() if "│" in line}
+    assert "yes" in lines["count-errors"] and "1.000" in lines["count-errors"]
+    assert "no" in lines["needs-user"] and "USER" in lines["needs-user"]
+    assert "no" in lines["broken"] and "instruction.md" in lines["broken"]
+    assert "3 tasks: 1 runnable here, 2 refused" in done.stdout
