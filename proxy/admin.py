@@ -170,7 +170,7 @@ async def record_phase(state: ProxyState, request: Request) -> Response:
     metadata = body.get("metadata") or {}
     if not isinstance(metadata, dict):
         raise ProxyError(400, "'metadata' must be an object", param="metadata")
-    live = state.rollouts.get(rollout_id)
+    live, done = state.rollouts.get(rollout_id), state.rollouts.finished(rollout_id)
     if live is not None and phase is RolloutPhase.INFRA_FAILED:
         state.finish_rollout(
             live, phase, backend=_opt_str(body, "backend"), message=_opt_str(body, "message")
@@ -179,7 +179,8 @@ async def record_phase(state: ProxyState, request: Request) -> Response:
     state.publish_phase(
         rollout_id,
         phase,
-        task_id=_opt_str(body, "task_id") or (live.task_id if live else None),
+        task_id=_opt_str(body, "task_id")
+        or (live.task_id if live else done.task_id if done else None),
         group_id=_opt_str(body, "group_id") or (live.group_id if live else None),
         harness=_opt_str(body, "harness") or (live.harness if live else None),
         backend=_opt_str(body, "backend"),

@@ -17,6 +17,9 @@ from orchestrator.plan import plan
 from orchestrator.run import Orchestrator, OrchestratorConfig
 from orchestrator.rundir import RolloutRecord, RunDir
 
+# The task fixtures' own verifier tests (run inside sandboxes), not tests of this suite.
+collect_ignore_glob = ["data/*"]
+
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples" / "tasks"
 NO_UPSTREAM = "http://127.0.0.1:9"  # for harnesses that call no model

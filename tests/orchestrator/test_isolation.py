@@ -20,7 +20,7 @@ from infra.local.vllm import VLLMServer
 from infra.tasks import load_task
 from openforge.testing.proxy import read_events
 from orchestrator.rundir import Status
-from schemas.enums import RolloutPhase
+from schemas.enums import Dialect, RolloutPhase
 from schemas.reward import RewardEvent
 from tests.orchestrator.conftest import job
 
@@ -70,7 +70,7 @@ class Probe(Harness):
     """Runs the probe script as the agent (the rollout key and base URL in its environment)."""
 
     name = "probe"
-    dialect = None
+    dialect = Dialect.CHAT  # it talks to the proxy, so its sandbox gets the forwarder
     extra: ClassVar[dict[str, str]] = {}
 
     @property

@@ -4,6 +4,7 @@ sandboxes reach the proxy through."""
 
 from __future__ import annotations
 
+import json
 import stat
 import uuid
 from collections.abc import Iterator
@@ -82,7 +83,9 @@ def test_a_reward_that_is_not_a_finite_number_is_a_400(proxy: RunningProxy, body
     proxy.register(rollout)
     # json.dumps writes NaN and Infinity, as a careless client would.
     resp = httpx.post(
-        f"{proxy.url}/rollout/{rollout}/reward", json=body, headers=proxy.admin_headers
+        f"{proxy.url}/rollout/{rollout}/reward",
+        content=json.dumps(body),
+        headers={**proxy.admin_headers, "content-type": "application/json"},
     )
     assert resp.status_code == 400, resp.text
     assert resp.json()["error"]["type"] == "invalid_request_error"
