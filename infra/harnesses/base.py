@@ -202,3 +202,25 @@ class NpmHarness(Harness):
                 )
             node = Path(found).resolve()
         return [self.install_dir().resolve(), node.resolve()]
+
+
+class SystemHarness(Harness):
+    """A harness that is a program already on this machine (bash, coreutils): nothing of ours to
+    install or mount, version ``1``, and by default no model (``dialect = None``)."""
+
+    dialect: ClassVar[Dialect | None] = None
+    program: Path = Path("/bin/bash")
+
+    @property
+    def version(self) -> str:
+        return "1"
+
+    def executable(self) -> Path:
+        return self.program
+
+    def read_only_paths(self) -> list[Path]:
+        """Nothing: the program is in the system directories every sandbox has."""
+        return []
+
+    def bin_dirs(self) -> list[Path]:
+        return []

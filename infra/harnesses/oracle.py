@@ -10,14 +10,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from infra.harnesses.base import Endpoint, Harness, Invocation, Report, RolloutDirs
+from infra.harnesses.base import Endpoint, Invocation, Report, RolloutDirs, SystemHarness
 
 SOLUTION_MOUNT = Path("/solution")  # where Harbor (and our sandbox) mounts solution/
 
 
-class Oracle(Harness):
+class Oracle(SystemHarness):
     name = "oracle"
-    dialect = None
 
     def __init__(
         self,
@@ -27,21 +26,7 @@ class Oracle(Harness):
     ) -> None:
         self.solution_dir = Path(solution_dir)
         self.env = dict(env or {})  # the task's [solution] env
-        self.bash = Path(bash)
-
-    @property
-    def version(self) -> str:
-        return "1"
-
-    def executable(self) -> Path:
-        return self.bash
-
-    def read_only_paths(self) -> list[Path]:
-        """Nothing of ours: bash is the sandbox's, and the sandbox mounts the solution."""
-        return []
-
-    def bin_dirs(self) -> list[Path]:
-        return []
+        self.program = Path(bash)  # the sandbox mounts the solution itself
 
     def invocation(
         self, task: str, endpoint: Endpoint, dirs: RolloutDirs, timeout_s: float
@@ -49,7 +34,7 @@ class Oracle(Harness):
         """``task`` (the prompt) is not used: the solution knows what to do."""
         env = self.base_env(dirs, endpoint)
         env.update(self.env)
-        argv = [str(self.bash), str(self.solution_dir / "solve.sh")]
+        argv = [str(self.program), str(self.solution_dir / "solve.sh")]
         return Invocation(argv, env, dirs.workspace)
 
     def report(self, stdout: str) -> Report:
@@ -58,25 +43,12 @@ class Oracle(Harness):
         return Report(final_message=lines[-1] if lines else None)
 
 
-class NoOp(Harness):
+class NoOp(SystemHarness):
     """Does nothing and exits 0: the baseline that shows a task's verifier can fail (a task
     whose verifier gives the do-nothing run a reward above 0 is a broken task)."""
 
     name = "noop"
-    dialect = None
-
-    @property
-    def version(self) -> str:
-        return "1"
-
-    def executable(self) -> Path:
-        return Path("/bin/true")
-
-    def read_only_paths(self) -> list[Path]:
-        return []
-
-    def bin_dirs(self) -> list[Path]:
-        return []
+    program = Path("/bin/true")
 
     def invocation(
         self, task: str, endpoint: Endpoint, dirs: RolloutDirs, timeout_s: float

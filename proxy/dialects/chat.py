@@ -174,23 +174,17 @@ class ChatDialect:
     path = "/v1/chat/completions"
     id_prefix = "chatcmpl-"
 
-    def parse(self, body: dict[str, Any]) -> CallRequest:
-        return parse(body)
+    # This module's functions are the dialect's behaviour.
+    parse = staticmethod(parse)
+    respond = staticmethod(respond)
+    stream = staticmethod(Stream)
 
-    def respond(self, gen: Generation, req: CallRequest, meta: ResponseMeta) -> dict[str, Any]:
-        return respond(gen, req, meta)
-
-    def stream(self, req: CallRequest, meta: ResponseMeta, prompt_tokens: int) -> Stream:
-        return Stream(req, meta, prompt_tokens)
-
-    def error_body(self, error: ProxyError) -> dict[str, Any]:
-        return openai_common.error_body(error)
+    error_body = staticmethod(openai_common.error_body)
 
     def stream_error(self, error: ProxyError) -> bytes:
         return f"data: {json.dumps(self.error_body(error))}\n\n".encode()
 
-    def models_body(self, model: str, max_model_len: int) -> dict[str, Any]:
-        return openai_common.models_body(model, max_model_len)
+    models_body = staticmethod(openai_common.models_body)
 
     def recognizes(self, path: str, headers: Mapping[str, str]) -> bool:
         return False  # the default for shared routes; see proxy.dialects.registry

@@ -288,14 +288,10 @@ class MessagesDialect:
     path = "/v1/messages"
     id_prefix = "msg_"
 
-    def parse(self, body: dict[str, Any]) -> CallRequest:
-        return parse(body)
-
-    def respond(self, gen: Generation, req: CallRequest, meta: ResponseMeta) -> dict[str, Any]:
-        return respond(gen, req, meta)
-
-    def stream(self, req: CallRequest, meta: ResponseMeta, prompt_tokens: int) -> Stream:
-        return Stream(req, meta, prompt_tokens)
+    # This module's functions are the dialect's behaviour.
+    parse = staticmethod(parse)
+    respond = staticmethod(respond)
+    stream = staticmethod(Stream)
 
     def error_body(self, error: ProxyError) -> dict[str, Any]:
         kind = error_type(error.status, ERROR_TYPES)

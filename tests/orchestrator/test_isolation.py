@@ -14,7 +14,7 @@ import threading
 from pathlib import Path
 from typing import ClassVar
 
-from infra.harnesses.base import Endpoint, Harness, Invocation, Report, RolloutDirs
+from infra.harnesses.base import Endpoint, Invocation, Report, RolloutDirs, SystemHarness
 from infra.local.kafka import KafkaBroker
 from infra.local.vllm import VLLMServer
 from infra.tasks import load_task
@@ -66,25 +66,12 @@ echo '{"reward": 0.25, "probe_ran": 1}' > /logs/verifier/reward.json
 """
 
 
-class Probe(Harness):
+class Probe(SystemHarness):
     """Runs the probe script as the agent (the rollout key and base URL in its environment)."""
 
     name = "probe"
     dialect = Dialect.CHAT  # it talks to the proxy, so its sandbox gets the forwarder
     extra: ClassVar[dict[str, str]] = {}
-
-    @property
-    def version(self) -> str:
-        return "1"
-
-    def executable(self) -> Path:
-        return Path("/bin/bash")
-
-    def read_only_paths(self) -> list[Path]:
-        return []
-
-    def bin_dirs(self) -> list[Path]:
-        return []
 
     def invocation(
         self, task: str, endpoint: Endpoint, dirs: RolloutDirs, timeout_s: float
