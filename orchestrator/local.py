@@ -26,7 +26,6 @@ from pathlib import Path
 
 from infra.harnesses import Harness
 from infra.harnesses.base import Endpoint, RolloutDirs
-from infra.local.process import kill_tagged
 from infra.sandbox import (
     Limits,
     Mount,
@@ -96,6 +95,8 @@ class LocalBackend(RolloutBackend):
 
     def run(self, job: Job, on_agent_end: Callable[[AgentEnd], None]) -> Verified:
         task = job.task
+        if self._cancelled.is_set():
+            raise InfrastructureError("cancelled")
         try:
             prepared = lay_out(task, job.root)
         except (OSError, SetupError) as exc:
@@ -183,13 +184,7 @@ class LocalBackend(RolloutBackend):
 
     def cancel(self) -> None:
         self._cancelled.set()
-        kill_tagged(_sandbox_tag())
-
-
-def _sandbox_tag() -> str:
-    import os
-
-    return f"{os.getpid()}.sandbox."
+        self.sandbox.cancel()
 
 
 def _agent_end(result: SandboxResult, harness: Harness, stdout: Path, timeout: float) -> AgentEnd:

@@ -187,5 +187,10 @@ class SandboxBackend(abc.ABC):
     def run(self, spec: SandboxSpec) -> SandboxResult:
         """Run ``spec`` to completion (or its deadline) and return how it ended."""
 
+    @abc.abstractmethod
+    def cancel(self) -> None:
+        """Kill every sandbox this backend is running now (from any thread); their :meth:`run`
+        calls then return as usual, with the command killed."""
+
 
 SANDBOXES: Registry[type[SandboxBackend]] = Registry("sandbox backend")

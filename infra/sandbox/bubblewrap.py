@@ -46,6 +46,7 @@ import os
 import shutil
 import signal
 import subprocess
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -156,6 +157,17 @@ class BubblewrapSandbox(SandboxBackend):
             raise SetupError(f"cgroup v1 limits are not available here: {why}")
         self.limits_by = limits_by
         self.allow_nested_userns = allow_nested_userns
+        # Sandboxes running now, for cancel(): bwrap and, once bwrap reports it, the init.
+        self._running: dict[str, tuple[subprocess.Popen[bytes], list[Init]]] = {}
+        self._running_lock = threading.Lock()
+
+    def cancel(self) -> None:
+        with self._running_lock:  # run() forgets a sandbox under this lock before reaping it
+            for proc, inits in self._running.values():
+                for init in inits:
+                    init.kill()  # the whole pid namespace goes with it
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)  # bwrap, before it reported its init
 
     def bwrap_argv(self, spec: SandboxSpec, bwrap: Path, status_fd: int | None = None) -> list[str]:
         """The bwrap command line for ``spec`` (without the limit wrapper)."""
@@ -237,10 +249,15 @@ class BubblewrapSandbox(SandboxBackend):
                     )
                 finally:
                     os.close(status_w)
+                inits: list[Init] = []
+                with self._running_lock:
+                    self._running[sandbox_id] = (proc, inits)
                 try:
                     status = read_status(status_r, start + spec.timeout_s)
                     if "child-pid" in status:
                         init = Init(status["child-pid"])
+                        with self._running_lock:
+                            inits.append(init)
                     if exits_within(proc, start + spec.timeout_s - time.monotonic()):
                         code = proc.wait()
                     else:
@@ -249,6 +266,8 @@ class BubblewrapSandbox(SandboxBackend):
                     self._stop(proc, init)
             duration = time.monotonic() - start
         finally:
+            with self._running_lock:
+                self._running.pop(sandbox_id, None)
             if status_r >= 0:
                 os.close(status_r)
             if init is not None:

@@ -456,3 +456,20 @@ def test_concurrent_runs_from_threads_stay_apart(
         assert files == ["mine"] and int(count) <= 6  # bwrap's init, sh, sleep/ls/grep: no others
         _nothing_left(r, result, [])
     assert len({result.namespaces["pid"] for result in results}) == 4
+
+
+def test_cancel_kills_the_running_sandboxes(run: Run) -> None:
+    watch = _PidWatch(run, 2)
+    results: list[SandboxResult] = []
+    runner = threading.Thread(
+        target=lambda: results.append(run("sh", "-c", "sleep 1000 & wait", timeout_s=120))
+    )
+    runner.start()
+    watch.thread.join()
+    assert len(watch.seen) >= 2  # the shell and its sleep are running
+    run.backend.cancel()
+    runner.join(30)
+    assert not runner.is_alive()
+    (result,) = results
+    assert result.outcome is not SandboxOutcome.TIMED_OUT and not result.ok
+    _nothing_left(run, result, watch.seen)
