@@ -12,8 +12,6 @@ lower-case text. The reward is the fraction of generated characters that are ASC
 
 from __future__ import annotations
 
-import os
-import secrets
 import sys
 import threading
 import time
@@ -23,11 +21,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
-
-from infra.local.process import ServiceProcess, free_port
+from infra.local.process import ServiceProcess
 from infra.local.vllm import VLLMServer
 from infra.proxy_client import ProxyAdmin
+from openforge.stack import proxy_process
 
 PROMPTS = [
     "Describe the files in this repository.",
@@ -57,12 +54,9 @@ class DemoConfig:
 class RolloutDriver(threading.Thread):
     """Plays groups of rollouts through the proxy until stopped; reports rewards."""
 
-    def __init__(
-        self, proxy_url: str, admin_token: str, cfg: DemoConfig, stop: threading.Event
-    ) -> None:
+    def __init__(self, admin: ProxyAdmin, cfg: DemoConfig, stop: threading.Event) -> None:
         super().__init__(daemon=True, name="rollout-driver")
-        self.proxy_url, self.cfg, self.stop = proxy_url, cfg, stop
-        self.admin = ProxyAdmin(proxy_url, admin_token)
+        self.admin, self.cfg, self.stop = admin, cfg, stop
         self.rollouts = 0
         self.error: BaseException | None = None
 
@@ -72,7 +66,7 @@ class RolloutDriver(threading.Thread):
         reg = self.admin.register_rollout(
             task_id=f"task-{task}", group_id=group, harness="openforge-demo"
         )
-        client = openai.OpenAI(base_url=f"{self.proxy_url}/v1", api_key=reg.api_key)
+        client = openai.OpenAI(base_url=f"{self.admin.url}/v1", api_key=reg.api_key)
         answer = client.chat.completions.create(
             model="policy",
             messages=[{"role": "user", "content": PROMPTS[task % len(PROMPTS)]}],
@@ -124,31 +118,6 @@ def run_demo(
             out_dir / "export" / "v0"
         )
         WeightSync(vllm.base_url, "policy").load(initial)
-        port = free_port()
-        admin_token = "ofa_" + secrets.token_urlsafe(32)  # only this process and the proxy know it
-        proxy = ServiceProcess(
-            "proxy",
-            [
-                sys.executable,
-                "-m",
-                "openforge",
-                "proxy",
-                "--upstream",
-                vllm.base_url,
-                "--model",
-                "policy",
-                "--tokenizer",
-                str(model_dir),
-                "--log",
-                log_url,
-                "--spool",
-                str(out_dir / "spool"),
-                "--port",
-                str(port),
-            ],
-            out_dir / "proxy.log",
-            env={**os.environ, "OPENFORGE_ADMIN_TOKEN": admin_token},
-        )
         pipeline = ServiceProcess(
             "pipeline",
             [
@@ -166,44 +135,43 @@ def run_demo(
             ],
             out_dir / "pipeline.log",
         )
-        proxy_url = f"http://127.0.0.1:{port}"
-        stop = threading.Event()
-        driver = RolloutDriver(proxy_url, admin_token, cfg, stop)
-        try:
-            proxy.start()
-            proxy.wait_ready(lambda: httpx.get(f"{proxy_url}/health").is_success, 180)
-            say(f"proxy ready at {proxy_url}; events in {out_dir / 'log'}")
-            pipeline.start()
-            driver.start()
-            say(f"training {cfg.steps} steps on groups of {cfg.group_size} rollouts per task")
-            t0 = time.time()
-            summary = train(
-                TrainerConfig(
-                    episodes=log_url,
-                    model_dir=model_dir,
-                    out_dir=out_dir / "trainer",
-                    lora_rank=8,
-                    lr=cfg.lr,
-                    seed=cfg.seed,
-                    algo=AlgorithmConfig(),
-                    stream=StreamConfig(
-                        group_size=cfg.group_size,
-                        token_budget=10_000_000,
-                        max_staleness=2,
-                        stale=StalePolicy.DROP,
-                    ),
-                    steps=cfg.steps,
-                    idle_timeout=300,
-                    sync=WeightSync(vllm.base_url, "policy", proxy_url, admin_token),
+        with proxy_process(
+            vllm.base_url, model="policy", tokenizer=model_dir, log_url=log_url, out=out_dir
+        ) as admin:
+            say(f"proxy ready at {admin.url}; events in {out_dir / 'log'}")
+            stop = threading.Event()
+            driver = RolloutDriver(admin, cfg, stop)
+            try:
+                pipeline.start()
+                driver.start()
+                say(f"training {cfg.steps} steps on groups of {cfg.group_size} rollouts per task")
+                t0 = time.time()
+                summary = train(
+                    TrainerConfig(
+                        episodes=log_url,
+                        model_dir=model_dir,
+                        out_dir=out_dir / "trainer",
+                        lora_rank=8,
+                        lr=cfg.lr,
+                        seed=cfg.seed,
+                        algo=AlgorithmConfig(),
+                        stream=StreamConfig(
+                            group_size=cfg.group_size,
+                            token_budget=10_000_000,
+                            max_staleness=2,
+                            stale=StalePolicy.DROP,
+                        ),
+                        steps=cfg.steps,
+                        idle_timeout=300,
+                        sync=WeightSync(vllm.base_url, "policy", admin.url, admin.token),
+                    )
                 )
-            )
-            summary["seconds"] = time.time() - t0
-            summary["rollouts"] = driver.rollouts
-            if driver.error is not None:
-                raise driver.error
-            return summary
-        finally:
-            stop.set()
-            driver.join(60)
-            pipeline.stop()
-            proxy.stop()
+                summary["seconds"] = time.time() - t0
+                summary["rollouts"] = driver.rollouts
+                if driver.error is not None:
+                    raise driver.error
+                return summary
+            finally:
+                stop.set()
+                driver.join(60)
+                pipeline.stop()

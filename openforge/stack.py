@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import secrets
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,6 +49,51 @@ def tiny_model(context: int) -> Path:
 
 
 @contextmanager
+def proxy_process(
+    upstream: str,
+    *,
+    model: str,
+    tokenizer: Path,
+    log_url: str,
+    out: Path,
+    extra_args: Sequence[str] = (),
+    unix_socket: Path | None = None,
+    ready_timeout: float = 180,
+) -> Iterator[ProxyAdmin]:
+    """``openforge proxy`` as a process of its own, with a fresh admin token handed over in its
+    environment; yields its admin API once it answers (and its Unix socket, if any, exists).
+    Logs and spool go under ``out``."""
+    token = "ofa_" + secrets.token_urlsafe(32)  # only this process and the proxy know it
+    port = free_port()
+    argv = [
+        sys.executable, "-m", "openforge", "proxy", "--upstream", upstream, "--model", model,
+        "--tokenizer", str(tokenizer), "--log", log_url, "--spool", str(out / "spool"),
+        "--port", str(port), *extra_args,
+    ]  # fmt: skip
+    if unix_socket is not None:
+        argv += ["--uds", str(unix_socket)]
+    proxy = ServiceProcess(
+        "proxy", argv, out / "proxy.log", env={**os.environ, "OPENFORGE_ADMIN_TOKEN": token}
+    )
+    admin = ProxyAdmin(f"http://127.0.0.1:{port}", token)
+
+    def ready() -> bool:
+        try:
+            admin.health()
+        except ServiceError:
+            return False
+        return unix_socket is None or unix_socket.exists()
+
+    proxy.start()
+    try:
+        proxy.wait_ready(ready, ready_timeout)
+        yield admin
+    finally:
+        proxy.stop()
+        admin.close()
+
+
+@contextmanager
 def local_stack(
     out: Path,
     *,
@@ -61,7 +106,6 @@ def local_stack(
     """vLLM (when ``needs_model``) and a proxy writing to ``local:OUT/log``."""
     out.mkdir(parents=True, exist_ok=True)
     model = model_dir or tiny_model(context)
-    token = "ofa_" + secrets.token_urlsafe(32)
     log_url = f"local:{out / 'log'}"
     socket = out / "proxy.sock"
     with ExitStack() as stack:
@@ -78,48 +122,27 @@ def local_stack(
                 )
             )
             upstream = vllm.base_url
-        port = free_port()
-        argv = [
-            sys.executable,
-            "-m",
-            "openforge",
-            "proxy",
-            "--upstream",
-            upstream,
-            "--model",
-            SERVED_MODEL,
-            "--tokenizer",
-            str(model),
-            "--max-model-len",
-            str(context),
-            "--log",
-            log_url,
-            "--spool",
-            str(out / "spool"),
-            "--port",
-            str(port),
-            "--uds",
-            str(socket),
-        ]
+        extra = ["--max-model-len", str(context)]
         if max_tokens_cap is not None:
-            argv += ["--max-tokens-cap", str(max_tokens_cap)]
-        proxy = ServiceProcess(
-            "proxy", argv, out / "proxy.log", env={**os.environ, "OPENFORGE_ADMIN_TOKEN": token}
+            extra += ["--max-tokens-cap", str(max_tokens_cap)]
+        admin = stack.enter_context(
+            proxy_process(
+                upstream,
+                model=SERVED_MODEL,
+                tokenizer=model,
+                log_url=log_url,
+                out=out,
+                extra_args=extra,
+                unix_socket=socket,
+                ready_timeout=120,
+            )
         )
-        proxy.start()
-        stack.callback(proxy.stop)
-        url = f"http://127.0.0.1:{port}"
-        admin = ProxyAdmin(url, token)
-
-        def ready() -> bool:
-            try:
-                admin.health()
-            except ServiceError:
-                return False
-            return socket.exists()
-
-        proxy.wait_ready(ready, 120)
-        say(f"proxy at {url} (sandboxes: {socket}); events in {out / 'log'}")
+        say(f"proxy at {admin.url} (sandboxes: {socket}); events in {out / 'log'}")
         yield Stack(
-            url, admin, ProxyEndpoint(socket, SANDBOX_PROXY_PORT), log_url, model, SERVED_MODEL
+            admin.url,
+            admin,
+            ProxyEndpoint(socket, SANDBOX_PROXY_PORT),
+            log_url,
+            model,
+            SERVED_MODEL,
         )
