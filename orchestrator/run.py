@@ -89,6 +89,7 @@ class Orchestrator:
         self._on_change = on_change or (lambda counts: None)
         self._lock = threading.Lock()
         self._cancelled = threading.Event()
+        self._checked: set[str] = set()  # task ids the backend accepted
 
     def _update(self, **deltas: int) -> None:
         with self._lock:
@@ -105,11 +106,10 @@ class Orchestrator:
         """Refuse (ConfigError) what the backend cannot run, before anything starts; returns the
         backend's notes for the run's log (how each task's environment is provided)."""
         notes: list[str] = []
-        seen: set[str] = set()
         for p in planned:
-            if p.task.id not in seen:
-                seen.add(p.task.id)
+            if p.task.id not in self._checked:  # each task once, also across check() and run()
                 notes += self.backend.check(p.task, self.harness)
+                self._checked.add(p.task.id)
         return notes
 
     def run(self, planned: Sequence[PlannedRollout]) -> list[RolloutRecord]:

@@ -11,6 +11,7 @@ filesystem, read-only: :func:`notes` says so for the run's log.
 
 from __future__ import annotations
 
+import functools
 import glob
 import posixpath
 import shutil
@@ -44,7 +45,7 @@ def image_plan(task: Task) -> ImagePlan | None:
     line, or a destination the local backend cannot provide."""
     if task.dockerfile is None:
         return None
-    plan = parse(task.dockerfile)
+    plan = _parse(task.dockerfile, task.dockerfile.stat().st_mtime_ns)
     workdir = plan.workdir or task.environment.workdir
     for copy in plan.copies:
         dest = copy.dest.rstrip("/") or "/"
@@ -57,6 +58,12 @@ def image_plan(task: Task) -> ImagePlan | None:
                 f"takes from this machine read-only (or reserves): {REFUSAL_ADVICE}"
             )
     return plan
+
+
+@functools.lru_cache(maxsize=256)
+def _parse(dockerfile: Path, mtime_ns: int) -> ImagePlan:
+    """Parsed once per file version: every rollout of a task lays out the same image."""
+    return parse(dockerfile)
 
 
 def notes(task: Task) -> list[str]:

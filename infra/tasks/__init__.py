@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from infra.tasks.loader import load_dataset, load_task, parse_task_toml, read_manifest
+from infra.tasks.loader import (
+    dataset_entries,
+    load_dataset,
+    load_task,
+    parse_task_toml,
+    read_manifest,
+)
 from infra.tasks.model import (
     AgentSettings,
     EnvironmentSettings,
@@ -21,6 +27,7 @@ __all__ = [
     "TaskMetadata",
     "VerifierReward",
     "VerifierSettings",
+    "dataset_entries",
     "load_dataset",
     "load_task",
     "parse_task_toml",

@@ -137,7 +137,8 @@ def read_manifest(path: Path) -> list[tuple[Path, Split, str | None]]:
     raise TaskError(f"{path}: a manifest is a .toml or .jsonl file (or pass a directory)")
 
 
-def _dataset_entries(path: Path) -> Iterator[tuple[Path, Split, str | None]]:
+def dataset_entries(path: Path) -> Iterator[tuple[Path, Split, str | None]]:
+    """The dataset's entries, (task directory, split, id or None), without loading the tasks."""
     if path.is_file():
         yield from read_manifest(path)
     elif (path / "task.toml").exists():
@@ -157,7 +158,7 @@ def load_dataset(path: Path, split: Split | str | None = None) -> list[Task]:
     want = None if split is None else _split(split, f"load_dataset({path})")
     tasks: list[Task] = []
     seen: dict[str, Path] = {}
-    for task_dir, task_split, task_id in _dataset_entries(path.resolve()):
+    for task_dir, task_split, task_id in dataset_entries(path.resolve()):
         task = load_task(task_dir, task_id=task_id, split=task_split)
         if task.id in seen:
             raise TaskError(

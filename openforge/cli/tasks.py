@@ -10,18 +10,6 @@ import typer
 app = typer.Typer(help="Check Harbor tasks.", no_args_is_help=True)
 
 
-def _task_dirs(path: Path) -> list[Path]:
-    """Each task of a dataset, loaded one by one (so one malformed task does not hide the rest):
-    the directory itself when it is a task, else its task subdirectories, or a manifest's."""
-    from infra.tasks import read_manifest
-
-    if path.is_file():
-        return [entry[0] for entry in read_manifest(path)]
-    if (path / "task.toml").exists():
-        return [path]
-    return sorted(p for p in path.iterdir() if p.is_dir() and (p / "task.toml").exists())
-
-
 @app.command("check")
 def check(
     path: Annotated[Path, typer.Argument(help="A task, a directory of tasks, or a manifest.")],
@@ -40,7 +28,7 @@ def check(
 
     from infra.harnesses import NoOp, Oracle
     from infra.sandbox import sandbox
-    from infra.tasks import Task, load_task
+    from infra.tasks import Task, dataset_entries, load_task
     from openforge.stack import local_stack
     from orchestrator.plan import plan
     from orchestrator.registry import ROLLOUT_BACKENDS
@@ -55,10 +43,11 @@ def check(
         backend = ROLLOUT_BACKENDS.get("local")(
             sandbox(), stack.endpoint, allow_internet_tasks=allow_internet_tasks
         )
-        for task_dir in _task_dirs(path):
-            name = task_dir.name
+        # Task by task, so that one malformed task does not hide the others.
+        for task_dir, task_split, task_id in dataset_entries(path.resolve()):
+            name = task_id or task_dir.name
             try:
-                task = load_task(task_dir)
+                task = load_task(task_dir, task_id=task_id, split=task_split)
                 name = task.id
                 notes = backend.check(task, Oracle() if task.solution_dir else NoOp())
             except OpenForgeError as exc:  # a malformed task, or one this backend refuses
