@@ -324,6 +324,7 @@ def test_exit_codes_and_signals_propagate(run: Run) -> None:
 
 # -- limits -----------------------------------------------------------------------------------
 
+
 @pytest.fixture
 def cgroups_v1() -> None:
     """The limit tests need per-sandbox cgroups (this machine kind and CI have them); where they
