@@ -34,6 +34,11 @@ _WORDS = (
 _TOOLS = ["shell", "read_file", "write_file", "apply_patch", "list_dir", "search", "exec_command"]
 
 
+def corpus_words() -> list[str]:
+    """The words the tiny model's tokenizer was trained on (the most common are one token)."""
+    return list(_WORDS)
+
+
 @dataclass(frozen=True)
 class TinyModelSpec:
     """Architecture of the tiny model. Defaults: ~0.4 M parameters, fast on one CPU core."""

@@ -59,6 +59,15 @@ def save(
     return final
 
 
+def latest_state(root: Path) -> TrainerState | None:
+    """The state of the latest checkpoint under ``root`` without loading its weights."""
+    latest = root / "LATEST"
+    if not latest.exists():
+        return None
+    data = json.loads((root / latest.read_text().strip() / "state.json").read_text())
+    return TrainerState(int(data["step"]), int(data["policy_version"]), set(data["seen"]))
+
+
 def load_latest(root: Path, backend: TrainerBackend) -> TrainerState | None:
     latest = root / "LATEST"
     if not latest.exists():

@@ -6,7 +6,9 @@ summary = train(TrainerConfig(episodes="local:events", model_dir=..., out_dir=..
 from __future__ import annotations
 
 import json
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,6 +41,8 @@ class TrainerConfig:
     checkpoint_every: updates between checkpoints.
     sync: hand new weights to vLLM (and bump the proxy's policy version) every ``sync_every``.
     group: consumer group in the event log (the trainer's position survives restarts).
+    on_step: called with (step, metrics) after each update (progress displays, schedulers).
+    stop: when set, the loop ends after the current update (a checkpoint is written).
     """
 
     episodes: str
@@ -56,6 +60,8 @@ class TrainerConfig:
     sync_every: int = 1
     group: str = "openforge-trainer"
     seed: int = 0
+    on_step: Callable[[int, dict[str, Any]], None] | None = None
+    stop: threading.Event | None = None
 
     def __post_init__(self) -> None:
         BACKENDS.get(self.backend)  # a typo fails here, listing the valid backends
@@ -79,7 +85,8 @@ def train(cfg: TrainerConfig) -> dict[str, Any]:
         while cfg.steps is None or state.step < cfg.steps:
             episodes = stream.next_batch(state.policy_version, timeout=0.5)
             idle = cfg.idle_timeout is not None and time.monotonic() - last_batch > cfg.idle_timeout
-            episodes, stop = ranks.broadcast((episodes, episodes is None and idle))
+            halt = cfg.stop is not None and cfg.stop.is_set()
+            episodes, stop = ranks.broadcast((episodes, halt or (episodes is None and idle)))
             if stop:
                 break
             if episodes is None:
@@ -101,6 +108,7 @@ def train(cfg: TrainerConfig) -> dict[str, Any]:
                     "stream/dead_letters": stream.stats.dead_letters,
                     "stream/stale_dropped": stream.stats.stale_dropped,
                     "stream/stale_kept": stream.stats.stale_kept,
+                    "stream/not_trained_task": stream.stats.not_trained_task,
                     "data/episodes": len(episodes),
                 }
             )
@@ -115,6 +123,8 @@ def train(cfg: TrainerConfig) -> dict[str, Any]:
             )
             consumed.flush()
             log.log(state.step, metrics)
+            if cfg.on_step is not None:
+                cfg.on_step(state.step, metrics)
             if state.step % cfg.checkpoint_every == 0:
                 state.seen = stream.done_ids()
                 checkpoint.save(ckpt_dir, backend, state, ranks)

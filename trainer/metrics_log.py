@@ -7,17 +7,36 @@ from pathlib import Path
 from typing import Any
 
 
+def _read_rows(path: Path) -> list[dict[str, Any]]:
+    """The rows of an earlier run's metrics.csv (a resumed run appends to them)."""
+    if not path.exists():
+        return []
+    rows: list[dict[str, Any]] = []
+    with open(path, newline="") as f:
+        for raw in csv.DictReader(f):
+            row: dict[str, Any] = {}
+            for key, value in raw.items():
+                if value not in (None, ""):
+                    number = float(value)
+                    row[key] = int(number) if key == "step" else number
+            rows.append(row)
+    return rows
+
+
 class MetricsLog:
     def __init__(self, directory: Path) -> None:
         directory.mkdir(parents=True, exist_ok=True)
         self.directory = directory
-        self.rows: list[dict[str, Any]] = []
+        self.rows: list[dict[str, Any]] = _read_rows(directory / "metrics.csv")
         from torch.utils.tensorboard import SummaryWriter
 
         self._tb = SummaryWriter(log_dir=str(directory / "tensorboard"))
 
     def log(self, step: int, metrics: dict[str, Any]) -> None:
         row = {"step": step, **{k: v for k, v in metrics.items() if isinstance(v, int | float)}}
+        # A step logged again (a resumed run redoing the update after the last checkpoint)
+        # replaces its earlier row.
+        self.rows = [r for r in self.rows if r["step"] < step]
         self.rows.append(row)
         for key, value in row.items():
             if key != "step":

@@ -38,15 +38,23 @@ class StreamConfig:
     token_budget: tokens per batch (prompt and generated, all samples).
     max_staleness: admitted policy-version lag (current version - oldest version in the episode).
     stale: what to do beyond it: ``drop`` (counted) or ``keep`` (counted, trained on).
+    groups_per_batch: when set, a batch is exactly this many whole groups (the token budget
+        still caps it), so an update consumes what one round of rollouts produced.
+    task_ids: when set, only episodes of these tasks are trained on; others (a held-out split
+        evaluated through the same proxy) are counted as ``not_trained_task`` and skipped.
     """
 
     group_size: int = 4
     token_budget: int = 16_384
     max_staleness: int = 4
     stale: StalePolicy = StalePolicy.DROP
+    groups_per_batch: int | None = None
+    task_ids: frozenset[str] | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "stale", choose(StalePolicy, self.stale, "stale policy"))
+        if self.groups_per_batch is not None and self.groups_per_batch < 1:
+            raise ConfigError(f"groups_per_batch must be at least 1, not {self.groups_per_batch}")
 
 
 @dataclass
@@ -57,6 +65,7 @@ class StreamStats:
     stale_dropped: int = 0
     stale_kept: int = 0
     empty: int = 0
+    not_trained_task: int = 0
     by_reason: Counter[str] = field(default_factory=Counter)
 
 
@@ -125,6 +134,9 @@ class EpisodeStream:
             self.stats.duplicates += 1
             return False
         self.seen.add(episode.episode_id)
+        if self.config.task_ids is not None and episode.task_id not in self.config.task_ids:
+            self.stats.not_trained_task += 1
+            return False
         if episode.dead_letter is not None:
             self.stats.dead_letters += 1
             self.stats.by_reason[episode.dead_letter] += 1
@@ -151,16 +163,18 @@ class EpisodeStream:
             if len(group) >= self.config.group_size:
                 self._ready.append(group[: self.config.group_size])
                 del self._groups[group_key(episode)]
-        if not self._ready:
+        wanted = self.config.groups_per_batch
+        if not self._ready or (wanted is not None and len(self._ready) < wanted):
             return None
         batch: list[Episode] = []
-        tokens = 0
-        while self._ready:
+        tokens, groups = 0, 0
+        while self._ready and (wanted is None or groups < wanted):
             size = sum(len(s.token_ids) for e in self._ready[0] for s in e.samples)
             if batch and tokens + size > self.config.token_budget:
                 break
             batch += self._ready.pop(0)
             tokens += size
+            groups += 1
         return batch
 
     def pending(self) -> int:

@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import importlib.util
 import json
 import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
+from typing import Any
 
 from infra.harnesses.base import (
     Endpoint,
@@ -50,6 +53,36 @@ print(json.dumps({
     "platlib": sysconfig.get_path("platlib"), "libpython": lib, "openai": sdk,
 }))
 """
+
+
+@functools.cache
+def _script() -> ModuleType:
+    """The agent script as a module (it imports ``openai`` only where it calls the model)."""
+    spec = importlib.util.spec_from_file_location("openforge_agent_main", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def prompt_messages(task: str, cwd: str, command_timeout_s: float) -> list[dict[str, Any]]:
+    """The messages the agent starts a rollout with (its system prompt, then the task)."""
+    return list(_script().initial_messages(task, cwd, command_timeout_s))
+
+
+def shell_tool() -> dict[str, Any]:
+    """The one tool the agent offers the model."""
+    return dict(_script().SHELL_TOOL)
+
+
+def tool_message(call_id: str, result: dict[str, Any], timeout_s: float = 120.0) -> dict[str, Any]:
+    """The tool message the agent sends after running a command with this ``result``
+    (``exit_code``, ``stdout``, ``stderr``, ``timed_out``)."""
+    return {
+        "role": "tool",
+        "tool_call_id": call_id,
+        "content": _script().result_text(result, timeout_s),
+    }
 
 
 @dataclass(frozen=True)

@@ -31,9 +31,10 @@ import sys
 import time
 import uuid
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
-import openai
+if TYPE_CHECKING:  # imported where used, so the harness can read this module's prompt without it
+    import openai
 
 API_KEY_ENV = "OPENFORGE_API_KEY"
 
@@ -112,10 +113,23 @@ def tool_result(call: dict[str, str], cwd: Path, timeout_s: float, max_chars: in
         return 'error: the arguments must be a JSON object {"command": "<bash command>"}'
     result = run_shell(args["command"], cwd, timeout_s, max_chars)
     emit("tool", call_id=call["id"], command=args["command"], **result)
+    return result_text(result, timeout_s)
+
+
+def result_text(result: dict[str, Any], timeout_s: float) -> str:
+    """The tool message's text for a command's result."""
     head = f"exit code: {result['exit_code']}" + (
         f" (killed after {timeout_s:.0f} s)" if result["timed_out"] else ""
     )
     return f"{head}\nstdout:\n{result['stdout']}\nstderr:\n{result['stderr']}"
+
+
+def initial_messages(task: str, cwd: Path | str, command_timeout_s: float) -> list[dict[str, Any]]:
+    """The conversation's start: the system prompt and the task."""
+    return [
+        {"role": "system", "content": SYSTEM.format(cwd=cwd, timeout=command_timeout_s)},
+        {"role": "user", "content": task},
+    ]
 
 
 def complete(
@@ -156,6 +170,8 @@ def complete(
 def retryable(exc: openai.APIError) -> bool:
     """Worth making again: a broken stream, a timeout, an error the server reported inside the
     stream (the proxy does so when its upstream breaks off), 408, 409, 429 and 5xx answers."""
+    import openai
+
     if isinstance(exc, openai.APIStatusError):
         return exc.status_code in (408, 409, 429) or exc.status_code >= 500
     return True
@@ -165,6 +181,8 @@ def complete_with_retries(
     client: openai.OpenAI, args: argparse.Namespace, messages: list[dict[str, Any]], deadline: float
 ) -> tuple[str, list[dict[str, str]], str | None]:
     """:func:`complete`, made again (the same call) while the error is :func:`retryable`."""
+    import openai
+
     attempt = 0
     while True:
         try:
@@ -180,6 +198,8 @@ def complete_with_retries(
 
 
 def run(args: argparse.Namespace) -> int:
+    import openai
+
     session_id = str(uuid.uuid4())
     deadline = time.monotonic() + args.time_limit
     cwd = Path.cwd()
@@ -187,10 +207,7 @@ def run(args: argparse.Namespace) -> int:
     client = openai.OpenAI(
         base_url=args.base_url, api_key=os.environ.get(API_KEY_ENV) or "none", max_retries=0
     )
-    messages: list[dict[str, Any]] = [
-        {"role": "system", "content": SYSTEM.format(cwd=cwd, timeout=args.command_timeout)},
-        {"role": "user", "content": task},
-    ]
+    messages = initial_messages(task, cwd, args.command_timeout)
     emit("start", session_id=session_id, model=args.model, cwd=str(cwd))
     final: str | None = None
     stop, turns = "max_turns", 0

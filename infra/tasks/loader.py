@@ -6,7 +6,8 @@ A dataset is either
 
 - a directory of task directories: every sub-directory that looks like a task (has a task.toml,
   an instruction.md or a tests/ directory) is loaded, in name order, all in the ``train`` split;
-  hidden directories are skipped. A directory that is itself a task is a dataset of one; or
+  hidden directories are skipped. A directory that is itself a task is a dataset of one, and a
+  directory holding a ``manifest.toml`` is that manifest's dataset; or
 - a manifest file, TOML (``*.toml``) or JSON lines (``*.jsonl``, ``*.json``), whose entries are
   ``{path, split?, id?}``: ``path`` relative to the manifest's directory (or absolute), ``split``
   ``train`` (the default) or ``heldout``, ``id`` the task's id (default: the directory's name).
@@ -143,6 +144,8 @@ def dataset_entries(path: Path) -> Iterator[tuple[Path, Split, str | None]]:
         yield from read_manifest(path)
     elif (path / "task.toml").exists():
         yield path, Split.TRAIN, None
+    elif (path / "manifest.toml").is_file():  # a dataset directory with its manifest
+        yield from read_manifest(path / "manifest.toml")
     elif path.is_dir():
         for sub in sorted(path.iterdir()):
             if sub.is_dir() and not sub.name.startswith(".") and _looks_like_task(sub):

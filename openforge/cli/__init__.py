@@ -5,7 +5,6 @@ from __future__ import annotations
 import typer
 
 from openforge.cli import (
-    demo,
     model,
     pipeline,
     proxy,
@@ -13,6 +12,7 @@ from openforge.cli import (
     rollouts,
     services,
     tasks,
+    train,
     trainer,
 )
 
@@ -29,7 +29,8 @@ app.add_typer(trainer.app, name="trainer")
 app.add_typer(rollouts.app, name="rollouts")
 app.add_typer(tasks.app, name="tasks")
 app.add_typer(rollout.app, name="rollout")
-app.command("demo")(demo.demo)
+app.command("train")(train.train)
+app.command("demo")(train.demo)
 app.command("proxy")(proxy.proxy)
 
 

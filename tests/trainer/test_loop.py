@@ -71,7 +71,7 @@ def test_train_checkpoint_resume_consumes_each_episode_once(
     assert first["stats"].dead_letters == 1  # counted, never trained on
 
     rows = list(csv.DictReader((out / "metrics.csv").read_text().splitlines()))
-    assert [int(r["step"]) for r in rows] == [3, 4, 5, 6]  # the second run's steps
+    assert [int(r["step"]) for r in rows] == [1, 2, 3, 4, 5, 6]  # the resumed run appends
     for key in ("actor/pg_loss", "rollout_corr/rollout_is_mean", "reward/mean", "staleness/max"):
         assert key in rows[0], sorted(rows[0])
     assert (out / "reward_curve.png").stat().st_size > 1000

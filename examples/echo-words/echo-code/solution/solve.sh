@@ -1,0 +1,4 @@
+#!/usr/bin/env bash
+# Reference solution of echo-code.
+set -euo pipefail
+echo code > answer.txt

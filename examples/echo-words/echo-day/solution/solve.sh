@@ -1,0 +1,4 @@
+#!/usr/bin/env bash
+# Reference solution of echo-day.
+set -euo pipefail
+echo day > answer.txt

@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# Verifier of echo-name: reward 1 if /app/answer.txt holds exactly the word "name", else 0.
+set -u
+mkdir -p /logs/verifier
+reward=0
+if [ -f /app/answer.txt ] && [ "$(tr -d '[:space:]' < /app/answer.txt)" = "name" ]; then
+  reward=1
+fi
+echo "$reward" > /logs/verifier/reward.txt
+echo "reward: $reward"

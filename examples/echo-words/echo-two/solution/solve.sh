@@ -1,0 +1,4 @@
+#!/usr/bin/env bash
+# Reference solution of echo-two.
+set -euo pipefail
+echo two > answer.txt

@@ -1,0 +1,159 @@
+"""The supervised warm start: demonstrations the project generates itself, in the exact shape the
+built-in ``agent`` harness sends (its system prompt, its ``shell`` tool, the chat template).
+
+The ``echo-words`` recipe demonstrates the demo's tasks ("Write the word W to answer.txt."):
+the first answer is one ``shell`` call ``echo W > FILE``, the second (after the tool's result)
+is ``Done.``. The demonstrator always copies the right word, so the tiny model learns the format
+and to copy a word from the prompt, but it writes to the instructed file only
+``correct_fraction`` of the time (else to ``answer.md``, ``answers.txt``, ``/tmp/answer.txt`` or
+``notes.txt``). The warm-started policy therefore scores about that fraction; following the
+instruction more often, on held-out words too, is the RL run's job. Words are drawn from the
+tiny model's one-token words, held-out words included: the warm start is the baseline the
+held-out evaluation compares against.
+
+The result is cached by what decides it (base model, recipe, settings), so reruns and resumed
+runs reuse it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from infra.harnesses.agent import prompt_messages, shell_tool, tool_message
+from openforge.train.config import HarnessSection, WarmStartRecipe, WarmStartSection
+from schemas.errors import ConfigError
+from trainer.sft import Example, SFTConfig, fine_tune
+
+INSTRUCTION = "Write the word {word} to answer.txt.\n"  # = examples/echo-words/generate.py
+WORKDIR = "/app"
+TARGET = "answer.txt"
+WRONG_TARGETS = ("answer.md", "answers.txt", "/tmp/answer.txt", "notes.txt")
+
+
+class EchoWordsData:
+    """Draws batches of demonstrations for ``fine_tune``."""
+
+    def __init__(self, model_dir: Path, harness: HarnessSection) -> None:
+        from transformers import AutoTokenizer
+
+        tok: Any = AutoTokenizer.from_pretrained(str(model_dir))
+        end: Any = tok.convert_tokens_to_ids("<|im_end|>")
+        self.tok, self.end = tok, int(end)
+        # One-token words (with the leading space they have in the command): copying one token
+        # is within a tiny model's reach.
+        self.words = sorted(
+            w for w in _vocabulary() if len(self.tok.encode(" " + w)) == 1 and w.isalpha()
+        )
+        self.command_timeout_s = harness_command_timeout(harness)
+        self.correct_fraction = 1.0
+        self._prompts: dict[str, list[int]] = {}
+
+    def _render(self, messages: list[dict[str, Any]], generation: bool) -> list[int]:
+        out = self.tok.apply_chat_template(
+            messages, tools=[shell_tool()], add_generation_prompt=generation, tokenize=True
+        )
+        return list(out["input_ids"] if isinstance(out, dict) or hasattr(out, "keys") else out)
+
+    def _examples(self, word: str, target: str) -> list[Example]:
+        messages = prompt_messages(INSTRUCTION.format(word=word), WORKDIR, self.command_timeout_s)
+        first = self._render(messages, generation=True)
+        call_id = "call_1_0"
+        call = {
+            "id": call_id,
+            "type": "function",
+            "function": {
+                "name": "shell",
+                "arguments": json.dumps({"command": f"echo {word} > {target}"}),
+            },
+        }
+        answered = [*messages, {"role": "assistant", "content": None, "tool_calls": [call]}]
+        full = self._render(answered, generation=False)
+        # The template ends an assistant turn with "<|im_end|>\n"; the model stops at <|im_end|>.
+        end = full.index(self.end, len(first))
+        completion = full[len(first) : end + 1]
+        result = {"exit_code": 0, "stdout": "", "stderr": "", "timed_out": False}
+        second = self._render(
+            [*answered, tool_message(call_id, result, self.command_timeout_s)], generation=True
+        )
+        done = [*self.tok.encode("Done."), self.end]
+        return [(first, completion), (second, done)]
+
+    def __call__(self, rng: random.Random, batch: int) -> list[Example]:
+        out: list[Example] = []
+        while len(out) < batch:
+            word = rng.choice(self.words)
+            target = TARGET
+            if rng.random() >= self.correct_fraction:
+                target = rng.choice(WRONG_TARGETS)
+            first, second = self._examples(word, target)
+            out.append(first if rng.random() < 0.75 else second)
+        return out
+
+
+def harness_command_timeout(harness: HarnessSection) -> float:
+    """The per-command timeout the agent harness states in its system prompt."""
+    from infra.harnesses import Agent
+
+    return Agent().command_timeout_s
+
+
+def _vocabulary() -> list[str]:
+    from infra.tiny_model import corpus_words
+
+    return corpus_words()
+
+
+def cache_key(base: Path, ws: WarmStartSection, harness: HarnessSection) -> str:
+    """What decides the warm-started model: the base's files, the recipe, its settings."""
+    from infra.tiny_model import directory_digest
+
+    blob = json.dumps(
+        {
+            "base": directory_digest(base),
+            "warm_start": {k: str(v) for k, v in vars(ws).items()},
+            "format": 1,
+        },
+        sort_keys=True,
+    )
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def warm_start(
+    base: Path,
+    ws: WarmStartSection,
+    harness: HarnessSection,
+    cache: Path,
+    say: Callable[[str], None] = print,
+) -> Path:
+    """The warm-started model for ``base`` (``base`` itself for recipe ``none``), built once."""
+    if ws.recipe is WarmStartRecipe.NONE:
+        return base
+    if ws.recipe is not WarmStartRecipe.ECHO_WORDS:  # pragma: no cover - enum checked at load
+        raise ConfigError(f"unknown warm-start recipe {ws.recipe!r}")
+    if harness.name != "agent":
+        raise ConfigError(
+            "warm_start.recipe = 'echo-words' demonstrates the built-in agent harness's prompt; "
+            f"set harness.name = 'agent' or warm_start.recipe = 'none' (not {harness.name!r})"
+        )
+    out = cache / f"warm-{cache_key(base, ws, harness)}"
+    if (out / "config.json").exists():
+        say(f"warm start: reusing {out}")
+        return out
+    data = EchoWordsData(base, harness)
+    data.correct_fraction = ws.correct_fraction
+    say(
+        f"warm start: {ws.steps} SFT steps on echo-words demonstrations ({len(data.words)} words; "
+        f"the demonstrator writes to the instructed file {ws.correct_fraction:.0%} of the time)"
+    )
+
+    def report(step: int, loss: float) -> None:
+        if step % 100 == 0 or step == ws.steps:
+            say(f"  SFT step {step}/{ws.steps} loss {loss:.3f}")
+
+    cfg = SFTConfig(steps=ws.steps, batch=ws.batch, lr=ws.lr, seed=ws.seed)
+    return fine_tune(base, out, data, cfg, on_step=report)

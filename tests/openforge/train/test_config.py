@@ -1,0 +1,93 @@
+"""The train config: defaults, descriptions, nearest-key errors, types, overrides, round trips."""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from openforge.train.config import TrainConfig, build_config, describe, load_config
+from schemas.errors import ConfigError
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def test_the_demo_config_and_the_defaults_build() -> None:
+    cfg = load_config(ROOT / "examples" / "cpu-demo.toml")
+    assert cfg.tasks.dataset == "examples/echo-words" and cfg.harness.name == "agent"
+    assert load_config(None) == TrainConfig()
+
+
+def test_every_field_has_a_default_and_a_description() -> None:
+    text = describe()
+    for section in dataclasses.fields(TrainConfig):
+        assert f"[{section.name}]" in text
+        for f in dataclasses.fields(getattr(TrainConfig(), section.name)):
+            assert f.metadata.get("doc"), f"{section.name}.{f.name} has no description"
+            assert f"\n{f.name} = " in text
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ({"trainer": {"lrr": 0.1}}, "unknown key trainer.lrr: did you mean 'lr'?"),
+        ({"trainr": {"lr": 0.1}}, "unknown section [trainr]: did you mean 'trainer'?"),
+        ({"trainer": {"steps": "ten"}}, "trainer.steps must be a int, not 'ten'"),
+        ({"trainer": {"steps": True}}, "trainer.steps must be a int"),
+        ({"trainer": {"backend": "gpu"}}, "cpu"),
+        ({"trainer": {"steps": 0}}, "trainer.steps must be at least 1"),
+        ({"trainer": {"lr": -1.0}}, "trainer.lr must be >= 0"),
+        ({"rollouts": {"backend": "kubernetes"}}, "not available yet"),
+        ({"pipeline": {"beam_args": "--runner=X"}}, "pipeline.beam_args must be a list"),
+        ({"trainer": 3}, "[trainer] must be a table"),
+    ],
+)
+def test_bad_configs_say_what_is_wrong(data: dict[str, object], message: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        build_config(data)
+    assert message in str(err.value)
+
+
+def test_overrides_parse_toml_values_and_bare_words() -> None:
+    cfg = build_config(
+        {"trainer": {"lr": 0.5}},
+        ["trainer.lr=0", "run.output_dir=runs/x", 'pipeline.beam_args=["--runner=PrismRunner"]'],
+    )
+    assert cfg.trainer.lr == 0.0 and isinstance(cfg.trainer.lr, float)
+    assert cfg.run.output_dir == "runs/x"
+    assert cfg.pipeline.beam_args == ["--runner=PrismRunner"]
+    with pytest.raises(ConfigError, match=r"section\.key=value"):
+        build_config({}, ["trainer.lr"])
+    with pytest.raises(ConfigError, match="did you mean 'evaluation'"):
+        build_config({}, ["evaluaton.every=2"])
+
+
+def test_a_bad_file_is_named(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[trainer\nlr = 1")
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        load_config(bad)
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_config(tmp_path / "missing.toml")
+
+
+@given(
+    steps=st.integers(1, 10_000),
+    lr=st.floats(0, 10, allow_nan=False),
+    dir_name=st.text(st.characters(codec="utf-8", exclude_categories=["Cs", "Cc"]), max_size=30),
+    args=st.lists(st.text(max_size=10).filter(lambda s: "\x00" not in s), max_size=3),
+)
+def test_the_resolved_config_round_trips_through_toml(
+    steps: int, lr: float, dir_name: str, args: list[str]
+) -> None:
+    cfg = build_config(
+        {"trainer": {"steps": steps, "lr": lr}, "run": {"output_dir": dir_name}},
+        [],
+    )
+    cfg.pipeline.beam_args = args
+    again = build_config(tomllib.loads(cfg.to_toml()))
+    assert again == cfg
