@@ -51,7 +51,7 @@ def test_every_record_once_in_order_across_checkpoints(log_url: str, tmp_path: P
     later.start()
     out = tmp_path / "out.txt"
     started = time.monotonic()
-    with beam.Pipeline(options=options([], streaming=True)) as p:
+    with beam.Pipeline(options=options([], streaming=True, runner_splits=True)) as p:
         (
             p
             | ReadEventLog(log_url, topic, stop_when_idle_s=3, records_per_call=7)
