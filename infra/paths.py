@@ -66,6 +66,19 @@ def kafka_libs() -> Path:
     return path
 
 
+def prism_binary() -> Path:
+    """Beam's portable runner Prism (a Go binary) that ``scripts/setup prism`` built, at the Beam
+    version the project pins (``PRISM_VERSION``, the same as the apache-beam pin)."""
+    env = os.environ.get("OPENFORGE_PRISM")
+    path = Path(env) if env else cache_dir() / "prism" / versions()["PRISM_VERSION"] / "prism"
+    if not (path.is_file() and os.access(path, os.X_OK)):
+        raise SetupError(
+            f"Prism Beam runner not found at {path}. Run `scripts/setup prism` "
+            "(or set OPENFORGE_PRISM to a Prism binary of the installed Beam version)."
+        )
+    return path
+
+
 def default_tiny_dir(seed: int = 0, context: int = 4096) -> Path:
     """Where the tiny model of ``seed`` with a ``context``-token window is built and cached
     (``openforge model build-tiny``); the same seed gives the same weights at any context."""

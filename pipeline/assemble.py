@@ -1,14 +1,17 @@
 """AssembleEpisodes: a stateful, per-rollout Beam transform that joins rewards.
 
 Input: ``(rollout_id, frame)`` pairs timestamped in event time (the frames the proxy publishes).
-Each rollout's frames are buffered until it has finished and its reward has arrived (then its
-episode is emitted at once), or until its deadline (``allowed_lateness`` after its latest event,
+Each rollout's frames are buffered until it has finished and its reward has arrived and the
+watermark has passed the latest of its events (then its episode is emitted: no event of it
+written before can still be on its way, even when a runner splits the read and delivers parts of
+the log out of order), or until its deadline (``allowed_lateness`` after its latest event,
 in event time): then a rewarded rollout is emitted even if it never reported its end, and one with
 no reward goes to the dead-letter output with the reason. A reward arriving after the episode was
 emitted, or later than the deadline in event time, also goes to the dead-letter output. Nothing
 is dropped silently. Lateness is judged by event time: an element within the deadline that is
-delivered after the deadline fired (Beam's local runner can fire timers early) reopens the
-rollout, and its episode supersedes the dead letter sent for it (same episode id).
+delivered after the deadline fired (a runner that fires timers early, like Beam's in-process
+FnApiRunner, can do that) reopens the rollout, and its episode supersedes the dead letter sent
+for it (same episode id).
 """
 
 from __future__ import annotations
@@ -48,9 +51,14 @@ class _AssembleFn(beam.DoFn):
     STATUS = ReadModifyWriteStateSpec("status", StrUtf8Coder())  # "", emitted, closed
     LATEST = ReadModifyWriteStateSpec("latest", StrUtf8Coder())  # latest event time (micros)
     DEADLINE = TimerSpec("deadline", TimeDomain.WATERMARK)
+    SETTLED = TimerSpec("settled", TimeDomain.WATERMARK)  # finished, rewarded, all delivered
 
-    def __init__(self, allowed_lateness_s: float) -> None:
+    def __init__(
+        self, allowed_lateness_s: float, defer_early_deadlines: bool, emit_at_once: bool
+    ) -> None:
         self.lateness = Duration.of(allowed_lateness_s)
+        self.defer_early_deadlines = defer_early_deadlines
+        self.emit_at_once = emit_at_once
         self.events_read = Metrics.counter(NAMESPACE, "events_read")
         self.episodes = Metrics.counter(NAMESPACE, "episodes_emitted")
         self.dead_letters = Metrics.counter(NAMESPACE, "dead_letters")
@@ -68,6 +76,7 @@ class _AssembleFn(beam.DoFn):
         status: Any = beam.DoFn.StateParam(STATUS),
         latest: Any = beam.DoFn.StateParam(LATEST),
         deadline: Any = beam.DoFn.TimerParam(DEADLINE),
+        settled: Any = beam.DoFn.TimerParam(SETTLED),
     ) -> Iterator[Any]:
         rollout_id, frame = element
         records = decode_message(frame)
@@ -115,14 +124,30 @@ class _AssembleFn(beam.DoFn):
             finished.write(True)
         if has_reward:
             rewarded.write(True)
+        micros = max(int(latest.read() or 0), timestamp.micros)
         if not reopened:
-            micros = max(int(latest.read() or 0), timestamp.micros)
             latest.write(str(micros))
             deadline.set(Timestamp(micros=micros) + self.lateness)
         if finished.read() and rewarded.read():
-            yield self._emit(rollout_id, frames)
-            status.write(EMITTED)
-            frames.clear()
+            if self.emit_at_once:  # the runner delivers the log in order (see AssembleEpisodes)
+                yield self._emit(rollout_id, frames)
+                status.write(EMITTED)
+                frames.clear()
+            else:  # once the watermark is past its events (record times have 1 ms resolution)
+                settled.set(Timestamp(micros=micros + 1000))
+
+    @on_timer(SETTLED)
+    def settle(
+        self,
+        key: Any = beam.DoFn.KeyParam,
+        frames: Any = beam.DoFn.StateParam(FRAMES),
+        status: Any = beam.DoFn.StateParam(STATUS),
+    ) -> Iterator[Any]:
+        if status.read():
+            return
+        yield self._emit(key, frames)
+        status.write(EMITTED)
+        frames.clear()
 
     @on_timer(DEADLINE)
     def expire(
@@ -137,10 +162,10 @@ class _AssembleFn(beam.DoFn):
     ) -> Iterator[Any]:
         if status.read():
             return
-        if fired_at.micros > time.time_ns() // 1000:
+        if self.defer_early_deadlines and fired_at.micros > time.time_ns() // 1000:
             # Event times are the log's wall-clock append times, so a deadline still in the
-            # future cannot truly have passed: the runner fired early (Beam's local runner does
-            # while it holds undelivered elements). Ask again; decide when it is real.
+            # future cannot truly have passed: the runner fired early (FnApiRunner does while
+            # it holds undelivered elements). Ask again; decide when it is real.
             self.early.inc()
             deadline.set(fired_at)
             return
@@ -173,15 +198,29 @@ class _AssembleFn(beam.DoFn):
 
 
 class AssembleEpisodes(beam.PTransform):
-    """``(rollout_id, frame)`` -> episodes (main output) and ``dead_letter`` episodes."""
+    """``(rollout_id, frame)`` -> episodes (main output) and ``dead_letter`` episodes.
 
-    def __init__(self, allowed_lateness_s: float = 600.0) -> None:
+    Both flags are for Beam's in-process FnApiRunner, which ignores the source's watermark:
+    ``defer_early_deadlines`` re-arms a deadline that fires before its time by the wall clock;
+    ``emit_at_once`` emits an episode as soon as its rollout is finished and rewarded instead of
+    when the watermark has passed its events, which is right only where the log is delivered in
+    offset order (a read that is never split). A runner that honours the watermark needs neither.
+    """
+
+    def __init__(
+        self,
+        allowed_lateness_s: float = 600.0,
+        defer_early_deadlines: bool = False,
+        emit_at_once: bool = False,
+    ) -> None:
         super().__init__()
         self.allowed_lateness_s = allowed_lateness_s
+        self.defer_early_deadlines = defer_early_deadlines
+        self.emit_at_once = emit_at_once
 
     def expand(self, frames: Any) -> Any:
         return frames | "AssembleByRollout" >> beam.ParDo(
-            _AssembleFn(self.allowed_lateness_s)
+            _AssembleFn(self.allowed_lateness_s, self.defer_early_deadlines, self.emit_at_once)
         ).with_input_types(beam.typehints.Tuple[str, bytes]).with_outputs(
             DEAD_LETTER, main="episodes"
         )

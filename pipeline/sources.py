@@ -2,66 +2,67 @@
 Parquet archive (batch, for replay).
 
 ``ReadEventLog`` reads each topic partition of a Kafka cluster or the embedded local log with a
-pure-Python splittable DoFn (works on FnApiRunner ``--streaming``; on Flink/Spark/Dataflow too).
-Elements are ``(rollout_id, frame)`` stamped with the log's record time; the watermark follows
-the record times and, while a partition is idle, wall time. With ``stop_when_idle_s`` the read
-ends after that long without new records (for tests and catch-up jobs). The source reads only
-through the event log's reader interface (partition reads by record offset): no backend here.
+pure-Python splittable DoFn that follows Beam's contract on any runner (Prism, Flink, Dataflow;
+FnApiRunner too): the restriction is a growable range of record offsets
+(:mod:`pipeline.offsets`), each record is claimed at its offset, so splits and checkpoints at any
+fraction resume at exactly the next record, and ``restriction_size`` is the backlog. Elements are
+``(rollout_id, frame)`` stamped with the log's record time; the watermark estimator reports
+event time: the latest record time read and, while a partition is caught up and idle, about
+now (record times are append times). With ``stop_when_idle_s`` the read ends after that long
+without new records (for tests and catch-up jobs). The source reads only through the event
+log's reader interface (partition reads by record offset): no backend here.
 """
 
 from __future__ import annotations
 
 import os
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import apache_beam as beam
-from apache_beam.io.restriction_trackers import OffsetRange, OffsetRestrictionTracker
 from apache_beam.io.watermark_estimators import ManualWatermarkEstimator
 from apache_beam.metrics.metric import Metrics
-from apache_beam.transforms.core import RestrictionProvider
 from apache_beam.transforms.window import TimestampedValue
 from apache_beam.utils.timestamp import Duration, Timestamp
 
 from infra.eventlog import EVENTS_TOPIC, EventLogReader, open_reader
+from pipeline.offsets import END, END_OFFSETS, OPEN_SPLITS, LogRanges, Partition
 from schemas.archive import archive_files
 from schemas.codec import REGISTRY, decode_batch, encode_message, record_type
 from schemas.errors import ConfigError
 
-END = sys.maxsize
-# Records read per process() call. Large on purpose: FnApiRunner (the local runner) ignores SDF
-# watermark estimators and, after a mid-backlog checkpoint, can advance event time past elements
-# it has not delivered yet, firing reward deadlines early. Reading the backlog in one call avoids
-# that locally; Flink, Spark and Dataflow track the estimator's watermark.
-MAX_RECORDS_PER_CALL = 200_000
-
-
-class _Partitions(RestrictionProvider):
-    def initial_restriction(self, element: Any) -> OffsetRange:
-        return OffsetRange(0, END)
-
-    def create_tracker(self, restriction: OffsetRange) -> OffsetRestrictionTracker:
-        return OffsetRestrictionTracker(restriction)
-
-    def restriction_size(self, element: Any, restriction: OffsetRange) -> int:
-        return 1  # unbounded: size is unknown
+# Records read per process() call: each call ends in a checkpoint, and the runner may split the
+# rest at any time. FnApiRunner (the in-process runner) needs the whole backlog in one call
+# (pipeline.jobs passes a large number for it): it ignores SDF watermark estimators.
+RECORDS_PER_CALL = 1000
 
 
 class _ReadPartitionFn(beam.DoFn):
-    """Element: ``(url, topic, partition)``. Positions: record offsets (each record is claimed at
-    its offset, so a checkpoint's remainder starts exactly at the next record)."""
+    """Element: ``(url, topic, partition)``; restriction: a :class:`PartitionRange` of it."""
 
-    def __init__(self, stop_when_idle_s: float | None, poll_s: float = 0.2) -> None:
+    def __init__(
+        self, stop_when_idle_s: float | None, records_per_call: int, poll_s: float = 0.2
+    ) -> None:
         self.stop_when_idle_s = stop_when_idle_s
+        self.records_per_call = records_per_call
         self.poll_s = poll_s
         self.records = Metrics.counter("openforge.pipeline", "log_records_read")
-        self._idle_since: dict[tuple[str, str, int], float] = {}
+        self.checkpoints = Metrics.counter("openforge.pipeline", "log_read_checkpoints")
+        self.split_ends = Metrics.counter("openforge.pipeline", "log_reads_ended_at_split")
+        self._idle_since: dict[Partition, float] = {}
 
     def setup(self) -> None:
         self._readers: dict[str, EventLogReader] = {}
+
+    def start_bundle(self) -> None:
+        self._ended: list[tuple[Partition, int]] = []  # ranges that ended at a split point
+
+    def finish_bundle(self) -> None:
+        for partition, stop in self._ended:  # their records are now out: residuals may start
+            OPEN_SPLITS.closed(partition, stop)
+        self._ended = []
 
     def _reader(self, url: str) -> EventLogReader:
         reader = self._readers.get(url)
@@ -72,47 +73,77 @@ class _ReadPartitionFn(beam.DoFn):
     @beam.DoFn.unbounded_per_element()
     def process(
         self,
-        element: tuple[str, str, int],
-        tracker: Any = beam.DoFn.RestrictionParam(_Partitions()),
+        element: Partition,
+        tracker: Any = beam.DoFn.RestrictionParam(LogRanges()),
         watermark: Any = beam.DoFn.WatermarkEstimatorParam(
             ManualWatermarkEstimator.default_provider()
         ),
     ) -> Iterator[Any]:
-        url, topic, partition = element
-        start = tracker.current_restriction().start
-        batch = self._reader(url).read(
-            topic, partition, start, MAX_RECORDS_PER_CALL, timeout=self.poll_s
-        )
-        for record in batch.records:
-            if not tracker.try_claim(record.offset):
-                return
-            ts = Timestamp(micros=record.timestamp_ms * 1000)
-            current = watermark.current_watermark()
-            if current is None or ts > current:
-                watermark.set_watermark(ts)
-            yield TimestampedValue(((record.key or b"").decode(), record.value), ts)
-        self.records.inc(len(batch.records))
-        now = time.time()
-        if batch.records or not batch.caught_up:
-            self._idle_since[element] = now
-        idle_since = self._idle_since.setdefault(element, now)
-        if self.stop_when_idle_s is not None and now - idle_since >= self.stop_when_idle_s:
-            tracker.try_claim(END - 1)  # done: close the restriction
+        part: Partition = tuple(element)  # type: ignore[assignment]
+        url, topic, partition = part
+        restriction = tracker.current_restriction()
+        start, stop = restriction.start, restriction.stop
+        if OPEN_SPLITS.primary_running(part, start):  # read after it (see pipeline.offsets)
+            time.sleep(0.01)
+            tracker.defer_remainder(Duration.of(0))
             return
-        # Caught up, and nothing emitted in this bundle (so no element of it can fall behind):
+        now = time.time()
+        # A residual may start past the end the reader last saw (a split at the end estimate):
+        # there is nothing to read there yet, and reading past the end is an error: wait.
+        beyond = start > END_OFFSETS.get(part) and start > END_OFFSETS.get(part, refresh=True)
+        records: tuple[Any, ...] = ()
+        caught_up = True
+        if not beyond:
+            want = max(1, min(self.records_per_call, stop - start))
+            batch = self._reader(url).read(topic, partition, start, want, timeout=self.poll_s)
+            END_OFFSETS.note(part, batch.end_offset)
+            records, caught_up = batch.records, batch.caught_up
+            for record in records:
+                if not tracker.try_claim(record.offset):
+                    self.records.inc(records.index(record))
+                    self._end_at_split(part, tracker)
+                    return  # split: the rest of the range belongs to another restriction
+                ts = Timestamp(micros=record.timestamp_ms * 1000)
+                current = watermark.current_watermark()
+                if current is None or ts > current:
+                    watermark.set_watermark(ts)
+                yield TimestampedValue(((record.key or b"").decode(), record.value), ts)
+            self.records.inc(len(records))
+            whole = batch.next_offset >= stop or (caught_up and batch.end_offset >= stop)
+            if stop != END and whole:
+                # Finite range (made so by a split), read to its stop or every offset in it
+                # written: done, even where offsets carry no record (Kafka's transaction markers).
+                if batch.next_offset < stop:
+                    tracker.try_claim(stop - 1)
+                self._end_at_split(part, tracker)
+                return
+        if records or not caught_up:
+            self._idle_since[part] = now
+        idle_since = self._idle_since.setdefault(part, now)
+        if self.stop_when_idle_s is not None and now - idle_since >= self.stop_when_idle_s:
+            tracker.try_claim(stop - 1)  # done: close the restriction
+            return
+        # Caught up, and nothing emitted in this call (so no element of it can fall behind):
         # event time may advance to about now.
-        if batch.caught_up and not batch.records:
+        if caught_up and not records:
             current = watermark.current_watermark()
             idle_mark = Timestamp.of(now - 1.0)
             if current is None or idle_mark > current:
                 watermark.set_watermark(idle_mark)
-        if not batch.records:
-            time.sleep(self.poll_s)  # the local runner resumes at once, whatever delay we ask
-        tracker.defer_remainder(Duration.of(self.poll_s))
+        self.checkpoints.inc()
+        if beyond:  # no read waited for data: wait here (a runner may resume at once)
+            time.sleep(self.poll_s)
+        # Resume at once: a read of a caught-up partition waits up to poll_s for new records.
+        tracker.defer_remainder(Duration.of(0))
+
+    def _end_at_split(self, part: Partition, tracker: Any) -> None:
+        self.split_ends.inc()
+        self._ended.append((part, tracker.current_restriction().stop))
 
     def teardown(self) -> None:
         for reader in getattr(self, "_readers", {}).values():
             reader.close()
+        END_OFFSETS.close()
 
 
 def partitions(url: str, topic: str) -> list[int]:
@@ -124,16 +155,24 @@ def partitions(url: str, topic: str) -> list[int]:
 class ReadEventLog(beam.PTransform):
     """``(rollout_id, frame)`` pairs from the event log at ``url``, unbounded."""
 
-    def __init__(self, url: str, topic: str = EVENTS_TOPIC, stop_when_idle_s: float | None = None):
+    def __init__(
+        self,
+        url: str,
+        topic: str = EVENTS_TOPIC,
+        stop_when_idle_s: float | None = None,
+        records_per_call: int = RECORDS_PER_CALL,
+    ):
         super().__init__()
         self.url, self.topic, self.stop_when_idle_s = url, topic, stop_when_idle_s
+        self.records_per_call = records_per_call
 
     def expand(self, pbegin: Any) -> Any:
         parts = [(self.url, self.topic, p) for p in partitions(self.url, self.topic)]
         return (
             pbegin
             | "Partitions" >> beam.Create(parts)
-            | "ReadPartitions" >> beam.ParDo(_ReadPartitionFn(self.stop_when_idle_s))
+            | "ReadPartitions"
+            >> beam.ParDo(_ReadPartitionFn(self.stop_when_idle_s, self.records_per_call))
         )
 
 

@@ -1,4 +1,10 @@
-"""``openforge pipeline``: assemble episodes from the event log (streaming) or an archive."""
+"""``openforge pipeline``: assemble episodes from the event log (streaming) or an archive.
+
+Both jobs run on Beam's portable runner Prism by default (``scripts/setup prism`` builds it);
+``--beam-arg=--runner=FnApiRunner`` asks for Beam's in-process runner instead, and other runners
+take their own Beam options (README: Flink, Dataflow). Each run ends with one line naming its
+runner and its counters.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +15,8 @@ import typer
 app = typer.Typer(help="Beam jobs: events -> episodes (with rewards joined).", no_args_is_help=True)
 
 BEAM_ARGS = typer.Option(
-    help="A Beam pipeline option (repeatable), e.g. --beam-arg=--runner=FlinkRunner.",
+    help="A Beam pipeline option (repeatable). Default runner: PrismRunner (LOOPBACK); "
+    "e.g. --beam-arg=--runner=FnApiRunner, --beam-arg=--runner=FlinkRunner.",
 )
 
 
@@ -33,7 +40,10 @@ def run(
     """Streaming: read events, assemble episodes, write them to the episodes topic."""
     from pipeline.jobs import Outputs, run_streaming
 
-    run_streaming(source, Outputs(to or source, archive), beam_arg or [], lateness, stop_when_idle)
+    report = run_streaming(
+        source, Outputs(to or source, archive), beam_arg or [], lateness, stop_when_idle
+    )
+    typer.echo(report.line())
 
 
 @app.command("replay")
@@ -51,4 +61,4 @@ def replay(
     """Batch: rebuild every episode from an archive of events."""
     from pipeline.jobs import Outputs, run_replay
 
-    run_replay(from_, Outputs(log, to), beam_arg or [], lateness)
+    typer.echo(run_replay(from_, Outputs(log, to), beam_arg or [], lateness).line())

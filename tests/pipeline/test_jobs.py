@@ -1,5 +1,5 @@
-"""The pipelines on Beam's local runner: streaming from the event log, replay from the archive,
-and end to end from a proxy in front of real vLLM through a real Kafka broker."""
+"""The pipelines on Prism (the default runner): streaming from the event log, replay from the
+archive, and end to end from a proxy in front of real vLLM through a real Kafka broker."""
 
 from __future__ import annotations
 
@@ -22,7 +22,9 @@ from schemas.episode import Episode, episode_id_for
 
 def _episodes(url: str, topic: str, group: str) -> list[Episode]:
     with open_reader(url, [topic], group) as reader:
-        out = [e for rec in reader.poll(1000, 2.0) for e in decode_message(rec.value)]
+        out = []
+        while recs := reader.poll(1000, 2.0):
+            out += [e for rec in recs for e in decode_message(rec.value)]
     assert all(isinstance(e, Episode) for e in out)
     return out  # type: ignore[return-value]
 
@@ -41,19 +43,23 @@ def _summary(episodes: list[Episode]) -> dict[str, tuple[object, ...]]:
 
 def test_streaming_from_the_local_log_and_replay_from_the_archive_agree(tmp_path: Path) -> None:
     url = f"local:{tmp_path / 'log'}"
-    rollouts = [make_rollout(i, f"r{i}", calls=6, with_reward=i != 2) for i in range(5)]
+    # Enough rollouts that the assembly's timers fire in bundles of many (see pipeline.jobs).
+    rollouts = [make_rollout(i, f"r{i}", calls=6, with_reward=i != 2) for i in range(120)]
     records = [rec for r in rollouts for rec in r.records]
     with open_writer(url) as writer:
         for rec in records:
             writer.append(EVENTS_TOPIC, rec.rollout_id.encode(), encode_message([rec]))
     ArchiveWriter(tmp_path / "events").write(records)
 
-    run_streaming(
+    streaming = run_streaming(
         url, Outputs(url, str(tmp_path / "stream")), allowed_lateness_s=5, stop_when_idle_s=3
     )
-    run_replay(
+    replay = run_replay(
         str(tmp_path / "events"), Outputs(None, str(tmp_path / "replay")), allowed_lateness_s=5
     )
+    assert streaming.runner == replay.runner == "PrismRunner"
+    assert streaming.counters["log_records_read"] == len(records)
+    assert streaming.counters["episodes_emitted"] == len(rollouts) - 1
 
     streamed = _episodes(url, EPISODES_TOPIC, "t") + _episodes(url, DEAD_LETTER_TOPIC, "t")
     replayed = list(read_archive(tmp_path / "replay" / "episodes", Episode)) + list(

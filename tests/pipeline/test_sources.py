@@ -1,5 +1,5 @@
-"""ReadEventLog on Beam's local runner: every record exactly once, in offset order, across the
-checkpoints between reads (positions are record offsets), from the local log and from Kafka."""
+"""ReadEventLog on Prism: every record exactly once, in offset order, across the checkpoints
+between reads (positions are record offsets), from the local log and from Kafka."""
 
 from __future__ import annotations
 
@@ -8,12 +8,10 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import apache_beam as beam
 import pytest
 
-import pipeline.sources
 from infra.eventlog import open_writer
 from infra.local.kafka import KafkaBroker
 from pipeline.jobs import options
@@ -46,18 +44,19 @@ def _append(url: str, topic: str, start: int, n: int) -> None:
         writer.flush()
 
 
-def test_every_record_once_in_order_across_checkpoints(
-    log_url: str, tmp_path: Path, monkeypatch: Any
-) -> None:
-    monkeypatch.setattr(pipeline.sources, "MAX_RECORDS_PER_CALL", 7)  # many checkpoints
+def test_every_record_once_in_order_across_checkpoints(log_url: str, tmp_path: Path) -> None:
     topic = f"t{uuid.uuid4().hex[:8]}"
     _append(log_url, topic, 0, 40)
     later = threading.Timer(1.5, _append, (log_url, topic, 40, 25))  # while the read runs
     later.start()
     out = tmp_path / "out.txt"
     started = time.monotonic()
-    with beam.Pipeline(options=options([], streaming=True)) as p:
-        (p | ReadEventLog(log_url, topic, stop_when_idle_s=3) | beam.ParDo(_AppendTo(str(out))))
+    with beam.Pipeline(options=options([], streaming=True, runner_splits=True)) as p:
+        (
+            p
+            | ReadEventLog(log_url, topic, stop_when_idle_s=3, records_per_call=7)
+            | beam.ParDo(_AppendTo(str(out)))
+        )
     later.join()
     lines = out.read_text().splitlines()
     assert lines == [f"r{i % 3} v{i}" for i in range(65)]
