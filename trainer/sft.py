@@ -50,9 +50,17 @@ def fine_tune(
     draw: Callable[[random.Random, int], list[Example]],
     cfg: SFTConfig,
     on_step: Callable[[int, float], None] | None = None,
+    done: Callable[[Any], bool] | None = None,
+    check_every: int = 50,
 ) -> Path:
     """Fine-tune ``model_dir`` on batches from ``draw(rng, batch)``; write it to ``out_dir``
-    (through a temporary directory, so a half-written model is never left under that name)."""
+    (through a temporary directory, so a half-written model is never left under that name).
+
+    With ``done``, training stops early once ``done(model)`` is true (asked every
+    ``check_every`` steps, with the model in eval mode and no gradients): ``cfg.steps`` is
+    then the most it takes. Skills such as copying a token from the prompt appear abruptly
+    after a number of steps that varies with the data and the machine; asking is robust where a
+    fixed count is not."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -76,6 +84,13 @@ def fine_tune(
         sched.step()
         if on_step is not None:
             on_step(step + 1, float(loss.item()))
+        if done is not None and (step + 1) % check_every == 0:
+            model.eval()
+            with torch.no_grad():
+                finished = done(model)
+            model.train()
+            if finished:
+                break
     tmp = out_dir.with_name(f".{out_dir.name}.tmp-{int(time.time() * 1000)}")
     shutil.rmtree(tmp, ignore_errors=True)
     model.save_pretrained(str(tmp), safe_serialization=True)

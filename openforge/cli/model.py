@@ -32,6 +32,20 @@ def build_tiny(
     typer.echo(f"{out_dir}  sha256:{directory_digest(out_dir)[:16]}")
 
 
+@app.command("warm-start")
+def warm_start_cmd(
+    config: Annotated[
+        Path | None, typer.Argument(help="A train config (default: the demo's).")
+    ] = None,
+) -> None:
+    """Build (or find in the cache) the warm-started model a train config starts from."""
+    from openforge.cli.train import DEMO_CONFIG
+    from openforge.train.config import load_config
+    from openforge.train.run import prepare_model
+
+    typer.echo(prepare_model(load_config(config or DEMO_CONFIG), say=typer.echo))
+
+
 @app.command("sample")
 def sample(
     prompt: Annotated[str, typer.Option(help="The user message.")] = "Write hello world to a file.",

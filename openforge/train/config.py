@@ -56,8 +56,9 @@ class WarmStartSection:
     recipe: WarmStartRecipe = _f(
         WarmStartRecipe.ECHO_WORDS, "supervised warm start: none, echo-words"
     )
-    steps: int = _f(450, "SFT steps on the demonstrator (full weights)")
-    correct_fraction: float = _f(0.25, "how often the demonstrator writes to the instructed file")
+    steps: int = _f(1000, "SFT steps at most on the exact demonstrator (ends once it copies)")
+    noisy_steps: int = _f(100, "then SFT steps on the noisy one (see correct_fraction)")
+    correct_fraction: float = _f(0.25, "how often the noisy one writes to the instructed file")
     lr: float = _f(3e-3, "SFT learning rate")
     batch: int = _f(16, "SFT examples per step")
     seed: int = _f(0, "seed of the SFT data and model")
@@ -145,6 +146,8 @@ class TrainConfig:
 
     def check(self) -> None:
         """Ranges that types cannot say."""
+        if self.warm_start.steps < 0 or self.warm_start.noisy_steps < 0:
+            raise ConfigError("warm_start.steps and warm_start.noisy_steps must be >= 0")
         positive = {
             "tasks.per_step": self.tasks.per_step,
             "rollouts.samples_per_task": self.rollouts.samples_per_task,

@@ -87,6 +87,14 @@ def _base_model(cfg: TrainConfig) -> Path:
     return base
 
 
+def prepare_model(cfg: TrainConfig, say: Callable[[str], None] = print) -> Path:
+    """The model RL starts from: the base (built if it is the tiny one), warm-started per
+    ``[warm_start]`` (cached under the cache dir)."""
+    return warm_start(
+        _base_model(cfg), cfg.warm_start, cfg.harness, paths.cache_dir() / "models", say
+    )
+
+
 def _split(dataset: str, split: str) -> list[Task]:
     return list(load_dataset(Path(dataset), split=split))
 
@@ -145,10 +153,7 @@ class TrainingRun:
         if not train_tasks:
             raise ConfigError(f"no {cfg.tasks.train_split!r} tasks in {cfg.tasks.dataset}")
         chosen = _harness(cfg)
-        base = _base_model(cfg)
-        model_dir = warm_start(
-            base, cfg.warm_start, cfg.harness, paths.cache_dir() / "models", self.say
-        )
+        model_dir = prepare_model(cfg, self.say)
         tag = self._launch_tag()
         log_url = cfg.event_log.url or f"local:{self.root / 'log'}"
         lora = cfg.trainer.lora_rank > 0

@@ -3,13 +3,15 @@ built-in ``agent`` harness sends (its system prompt, its ``shell`` tool, the cha
 
 The ``echo-words`` recipe demonstrates the demo's tasks ("Write the word W to answer.txt."):
 the first answer is one ``shell`` call ``echo W > FILE``, the second (after the tool's result)
-is ``Done.``. The demonstrator always copies the right word, so the tiny model learns the format
-and to copy a word from the prompt, but it writes to the instructed file only
-``correct_fraction`` of the time (else to ``answer.md``, ``answers.txt``, ``/tmp/answer.txt`` or
-``notes.txt``). The warm-started policy therefore scores about that fraction; following the
-instruction more often, on held-out words too, is the RL run's job. Words are drawn from the
-tiny model's one-token words, held-out words included: the warm start is the baseline the
-held-out evaluation compares against.
+is ``Done.``. It runs in two phases. First, up to ``steps`` on an exact demonstrator, until greedy
+decoding copies the word on 90% of 16 probe words (checked every 50 steps): the tiny model
+learns the format and to copy the word from the prompt. Then ``noisy_steps`` on a demonstrator
+that still copies the word but writes to the instructed file only ``correct_fraction`` of the
+time (else to ``answer.md``, ``answers.txt``, ``/tmp/answer.txt`` or ``notes.txt``). The
+warm-started policy therefore scores about that fraction; following the instruction reliably,
+on held-out words too, is the RL run's job. Words are drawn from the tiny model's one-token
+words, held-out words included: the warm start is the baseline the held-out evaluation compares
+against.
 
 The result is cached by what decides it (base model, recipe, settings), so reruns and resumed
 runs reuse it.
@@ -20,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -32,6 +35,7 @@ from trainer.sft import Example, SFTConfig, fine_tune
 INSTRUCTION = "Write the word {word} to answer.txt.\n"  # = examples/echo-words/generate.py
 WORKDIR = "/app"
 TARGET = "answer.txt"
+COPY_RATE = 0.9  # phase 1 ends once greedy decoding copies the word this often
 WRONG_TARGETS = ("answer.md", "answers.txt", "/tmp/answer.txt", "notes.txt")
 
 
@@ -51,7 +55,7 @@ class EchoWordsData:
         )
         self.command_timeout_s = harness_command_timeout(harness)
         self.correct_fraction = 1.0
-        self._prompts: dict[str, list[int]] = {}
+        self._cache: dict[tuple[str, str], list[Example]] = {}
 
     def _render(self, messages: list[dict[str, Any]], generation: bool) -> list[int]:
         out = self.tok.apply_chat_template(
@@ -60,6 +64,12 @@ class EchoWordsData:
         return list(out["input_ids"] if isinstance(out, dict) or hasattr(out, "keys") else out)
 
     def _examples(self, word: str, target: str) -> list[Example]:
+        key = (word, target)
+        if key not in self._cache:  # rendering the chat template is most of a step's cost
+            self._cache[key] = self._render_examples(word, target)
+        return self._cache[key]
+
+    def _render_examples(self, word: str, target: str) -> list[Example]:
         messages = prompt_messages(INSTRUCTION.format(word=word), WORKDIR, self.command_timeout_s)
         first = self._render(messages, generation=True)
         call_id = "call_1_0"
@@ -83,6 +93,21 @@ class EchoWordsData:
         done = [*self.tok.encode("Done."), self.end]
         return [(first, completion), (second, done)]
 
+    def copy_rate(self, model: Any, words: list[str]) -> float:
+        """How often greedy decoding copies the word into a well-formed ``echo`` command."""
+        import torch
+
+        prompts = [list(self._examples(w, TARGET)[0][0]) for w in words]
+        width = max(len(p) for p in prompts)
+        ids = torch.tensor([[0] * (width - len(p)) + p for p in prompts])
+        attention = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
+        out = model.generate(
+            ids, attention_mask=attention, do_sample=False, max_new_tokens=40,
+            eos_token_id=self.end, pad_token_id=0,
+        )  # fmt: skip
+        texts = [self.tok.decode(row[width:]) for row in out]
+        return sum(f'"echo {w} >' in t for w, t in zip(words, texts, strict=True)) / len(words)
+
     def __call__(self, rng: random.Random, batch: int) -> list[Example]:
         out: list[Example] = []
         while len(out) < batch:
@@ -91,7 +116,7 @@ class EchoWordsData:
             if rng.random() >= self.correct_fraction:
                 target = rng.choice(WRONG_TARGETS)
             first, second = self._examples(word, target)
-            out.append(first if rng.random() < 0.75 else second)
+            out.append(first if rng.random() < 0.9 else second)
         return out
 
 
@@ -145,15 +170,31 @@ def warm_start(
         say(f"warm start: reusing {out}")
         return out
     data = EchoWordsData(base, harness)
-    data.correct_fraction = ws.correct_fraction
     say(
-        f"warm start: {ws.steps} SFT steps on echo-words demonstrations ({len(data.words)} words; "
-        f"the demonstrator writes to the instructed file {ws.correct_fraction:.0%} of the time)"
+        f"warm start: {ws.steps} + {ws.noisy_steps} SFT steps on echo-words demonstrations "
+        f"({len(data.words)} words; the second phase writes to the instructed file "
+        f"{ws.correct_fraction:.0%} of the time); cached for later runs"
     )
+    exact = out.with_name(out.name + "-exact")
+    probe = random.Random(ws.seed).sample(data.words, min(16, len(data.words)))
+    current = base
+    for n, (fraction, steps, target) in enumerate(
+        [(1.0, ws.steps, exact), (ws.correct_fraction, ws.noisy_steps, out)]
+    ):
+        data.correct_fraction = fraction
 
-    def report(step: int, loss: float) -> None:
-        if step % 100 == 0 or step == ws.steps:
-            say(f"  SFT step {step}/{ws.steps} loss {loss:.3f}")
+        def report(step: int, loss: float, total: int = steps, phase: int = n + 1) -> None:
+            if step % 100 == 0 or step == total:
+                say(f"  SFT phase {phase}: step {step}/{total}, loss {loss:.3f}")
 
-    cfg = SFTConfig(steps=ws.steps, batch=ws.batch, lr=ws.lr, seed=ws.seed)
-    return fine_tune(base, out, data, cfg, on_step=report)
+        def copies(model: Any) -> bool:
+            rate = data.copy_rate(model, probe)
+            say(f"  SFT phase 1: greedy copy rate {rate:.2f} on {len(probe)} words")
+            return rate >= COPY_RATE
+
+        cfg = SFTConfig(steps=steps, batch=ws.batch, lr=ws.lr, seed=ws.seed + n)
+        current = fine_tune(
+            current, target, data, cfg, on_step=report, done=copies if n == 0 else None
+        )
+    shutil.rmtree(exact, ignore_errors=True)
+    return out

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 from infra.eventlog import EPISODES_TOPIC, EVENTS_TOPIC, open_reader
+from infra.local.kafka import KafkaBroker
 from schemas.codec import decode_message
 from schemas.completion import CompletionEvent
 
@@ -34,8 +35,7 @@ def _processes_mentioning(text: str) -> list[str]:
     return found
 
 
-def test_a_short_training_run_goes_through_every_part(tmp_path: Path) -> None:
-    out = tmp_path / "run"
+def _train(out: Path, extra: list[str]) -> tuple[list[str], subprocess.CompletedProcess[str]]:
     overrides = [
         "warm_start.recipe=none",  # the raw tiny model: this test checks the wiring
         "trainer.steps=2",
@@ -45,14 +45,18 @@ def test_a_short_training_run_goes_through_every_part(tmp_path: Path) -> None:
         "evaluation.every=2",
         "evaluation.samples_per_task=1",
         f"run.output_dir={out}",
+        *extra,
     ]
     argv = [sys.executable, "-m", "openforge", "train", str(ROOT / "examples" / "cpu-demo.toml")]
     for o in overrides:
         argv += ["--set", o]
     done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert "2 updates in" in done.stdout
+    return argv, done
 
+
+def _check_run(out: Path, log_url: str) -> None:
+    """What every short run must leave behind, whatever its event log."""
     summary = json.loads((out / "summary.json").read_text())
     assert summary["updates"] == 2 and summary["policy_version"] == 2
     # Held-out evaluations at the initial and the final policy, recorded.
@@ -63,7 +67,7 @@ def test_a_short_training_run_goes_through_every_part(tmp_path: Path) -> None:
     assert (out / "trainer" / "checkpoints" / "LATEST").exists()
     assert list((out / "episodes").rglob("*.parquet"))  # the pipeline's Parquet archive
 
-    with open_reader(f"local:{out / 'log'}", [EVENTS_TOPIC, EPISODES_TOPIC], "check") as reader:
+    with open_reader(log_url, [EVENTS_TOPIC, EPISODES_TOPIC], "check") as reader:
         records = [e for rec in reader.poll(100_000, 2.0) for e in decode_message(rec.value)]
     completions = [e for e in records if isinstance(e, CompletionEvent)]
     stamped = {s.version for c in completions for s in c.policy_versions}
@@ -82,9 +86,26 @@ def test_a_short_training_run_goes_through_every_part(tmp_path: Path) -> None:
 
     assert _processes_mentioning(str(out)) == []  # vLLM, the proxy, the pipeline: all stopped
 
+
+def test_a_short_training_run_goes_through_every_part(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    argv, done = _train(out, [])
+    assert "2 updates in" in done.stdout
+    _check_run(out, f"local:{out / 'log'}")
+
     # Rerunning the finished run resumes from its checkpoint and has nothing left to do.
     again = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
     assert "resuming after update 2" in again.stdout
     assert json.loads((out / "summary.json").read_text())["updates"] == 2
     assert _processes_mentioning(str(out)) == []
+
+
+def test_the_same_config_runs_on_kafka(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    # A broker of its own: the run's topics and consumer groups see only this run.
+    with KafkaBroker(data_dir=tmp_path / "kafka") as broker:
+        url = f"kafka://{broker.bootstrap}"
+        _train(out, [f"event_log.url={url}"])
+        _check_run(out, url)
+    assert not (out / "log").exists()  # nothing went to the embedded log

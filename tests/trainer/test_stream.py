@@ -1,0 +1,68 @@
+"""The episode stream's batching by whole groups and its training-task filter, on a local log."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from infra.eventlog import EPISODES_TOPIC, open_writer
+from schemas.codec import encode_message
+from schemas.completion import PolicySpan
+from schemas.episode import Episode, Sample
+from schemas.errors import ConfigError
+from trainer.stream import EpisodeSource, EpisodeStream, StreamConfig
+
+
+def _episode(i: int, task: str, group: str) -> Episode:
+    tokens = list(range(10, 30))
+    mask = [0] * 10 + [1] * 10
+    return Episode(
+        f"ep{i:03d}",
+        f"r{i}",
+        [Sample(0, tokens, mask, [-1.0 if m else 0.0 for m in mask], [PolicySpan(0, 10, 20)])],
+        1.0,
+        0,
+        task_id=task,
+        group_id=group,
+    )
+
+
+def _write(url: str, episodes: list[Episode]) -> None:
+    with open_writer(url) as w:
+        for e in episodes:
+            w.append(EPISODES_TOPIC, e.rollout_id.encode(), encode_message([e]))
+        w.flush()
+
+
+def _drain(stream: EpisodeStream) -> list[list[Episode]]:
+    batches = []
+    for _ in range(5):
+        while (batch := stream.next_batch(0, timeout=0.2)) is not None:
+            batches.append(batch)
+    return batches
+
+
+def test_a_batch_is_exactly_the_groups_of_one_round(tmp_path: Path) -> None:
+    url = f"local:{tmp_path / 'log'}"
+    # Five groups of two ready at once: batches of exactly two groups, the fifth group waits.
+    _write(url, [_episode(i, f"t{i // 2}", f"g{i // 2}") for i in range(10)])
+    stream = EpisodeStream(EpisodeSource(url, "g"), StreamConfig(group_size=2, groups_per_batch=2))
+    batches = _drain(stream)
+    assert [len(b) for b in batches] == [4, 4]
+    assert stream.pending() == 2  # the fifth group, held until a second group joins it
+
+
+def test_only_training_tasks_are_trained_on(tmp_path: Path) -> None:
+    url = f"local:{tmp_path / 'log'}"
+    _write(url, [_episode(i, "train-a" if i < 4 else "heldout-b", f"g{i // 2}") for i in range(8)])
+    config = StreamConfig(group_size=2, task_ids=frozenset({"train-a"}))
+    stream = EpisodeStream(EpisodeSource(url, "g"), config)
+    trained = [e for b in _drain(stream) for e in b]
+    assert {e.task_id for e in trained} == {"train-a"} and len(trained) == 4
+    assert stream.stats.not_trained_task == 4  # counted, not silently dropped
+
+
+def test_groups_per_batch_must_be_positive() -> None:
+    with pytest.raises(ConfigError, match="groups_per_batch"):
+        StreamConfig(groups_per_batch=0)
