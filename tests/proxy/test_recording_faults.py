@@ -6,7 +6,9 @@ the fast vLLM-format upstream; the only stand-in is an event-log writer that can
 from __future__ import annotations
 
 import dataclasses
+import json
 import secrets
+import socket
 import threading
 import time
 import uuid
@@ -276,3 +278,20 @@ def test_admin_bodies_are_size_checked_in_the_dialect(upstream: str, tmp_path: P
         long = {**CHAT, "messages": [{"role": "user", "content": "z" * 4096}]}
         resp = httpx.post(f"{p.url}/rollout/b/v1/chat/completions", json=long, timeout=30)
         assert resp.status_code == 200
+
+
+def test_a_client_that_sends_its_body_too_slowly_is_cut_off(upstream: str, tmp_path: Path) -> None:
+    config = proxy_config(upstream, tmp_path, auto_register=True, body_timeout=0.5)
+    with running_proxy(config) as p:
+        host, port = p.url.removeprefix("http://").split(":")
+        with socket.create_connection((host, int(port)), timeout=10) as conn:
+            conn.sendall(
+                b"POST /rollout/slow/v1/messages HTTP/1.1\r\nhost: x\r\n"
+                b'anthropic-version: 2023-06-01\r\ncontent-length: 100\r\n\r\n{"model"'
+            )  # and nothing more
+            started = time.monotonic()
+            answer = conn.recv(65536).decode()
+        assert time.monotonic() - started < 5
+        head, _, body = answer.partition("\r\n\r\n")
+        assert head.startswith("HTTP/1.1 408")
+        assert json.loads(body)["error"]["type"] == "timeout_error"
