@@ -41,6 +41,7 @@ _STOP = object()
 Frame = tuple[bytes, bytes, int]  # (key, frame, records in it)
 Item = tuple[Record, "Future[None] | None"]  # a record, and the receipt its publish waits on
 FRAME_MARGIN = 64 * 1024  # room under the log's message limit for the key and the envelope
+FLUSH_TIMEOUT = 5.0  # seconds the log may take to confirm a batch before it goes to the spool
 DEAD_AFTER_ATTEMPTS = 3  # a batch that fails this often for a reason not the log's is dead
 
 
@@ -274,7 +275,7 @@ class Publisher:
             try:
                 for key, frame, _ in frames:
                     writer.append(self._topic, key, frame)
-                writer.flush()
+                writer.flush(FLUSH_TIMEOUT)  # well inside record_timeout: calls wait on this
                 n = sum(count for _, _, count in frames)
                 self.stats.published += n
                 self._on_publish(n, 0)
