@@ -7,12 +7,16 @@
                                               infra_failed (which also evicts a live rollout)
     POST /rollout/{rollout_id}/reward         record a RewardEvent (also after the rollout ends)
     GET|POST /admin/policy                    read or set the policy version
-    POST /admin/pause, /admin/resume          gate new calls during a weight swap
-    GET  /health, /metrics
+    POST /admin/pause, /admin/resume          gate new calls during a weight swap; a pause
+                                              ends by itself after ``{"timeout_s": N}`` or
+                                              the configured ``pause_timeout`` (and says so)
+    GET  /health, /metrics                    /health is 503 while calls cannot be recorded
 
 ``/admin/*`` and rewards need the admin token (:mod:`proxy.credentials`); a rollout's own key
 is refused there, so an agent cannot score itself. Each handler takes the state and the request
-and raises ProxyError for a bad request (the app renders it).
+and raises ProxyError for a bad request (the app renders it). Admin bodies are held to
+``max_admin_body_bytes``. A route that records answers only once its record is durable, and
+503 while the publisher cannot record (as calls do).
 """
 
 from __future__ import annotations
@@ -56,14 +60,18 @@ def _finite_number(value: object) -> bool:
 
 
 async def _optional_body(state: ProxyState, request: Request) -> dict[str, Any]:
-    return await read_body(state, request) if await request.body() else {}
+    return await read_body(state, request, admin=True, optional=True)
+
+
+async def _body(state: ProxyState, request: Request) -> dict[str, Any]:
+    return await read_body(state, request, admin=True)
 
 
 async def reward(state: ProxyState, request: Request) -> Response:
     rollout_id = request.path_params["rollout_id"]
     require_admin(state, request)  # never the rollout's own key: the agent cannot score itself
     live, done = state.rollouts.get(rollout_id), state.rollouts.finished(rollout_id)
-    body = await read_body(state, request)
+    body = await _body(state, request)
     value = body.get("reward")
     if not isinstance(value, int | float) or not _finite_number(value):
         raise ProxyError(400, "'reward' must be a finite number", param="reward")
@@ -82,7 +90,8 @@ async def reward(state: ProxyState, request: Request) -> Response:
         verifier=body.get("verifier"),
         verifier_output=body.get("verifier_output"),
     )
-    state.publisher.publish([event])
+    state.check_recording()
+    await state.recorded(state.publisher.publish([event]))
     return JSONResponse({"event_id": event.event_id, "rollout_id": rollout_id}, status_code=201)
 
 
@@ -103,6 +112,7 @@ async def create_rollout(state: ProxyState, request: Request) -> Response:
     metadata = body.get("metadata") or {}
     if not isinstance(metadata, dict):
         raise ProxyError(400, "'metadata' must be an object", param="metadata")
+    state.check_recording()
     rollout = state.start_rollout(
         rollout_id,
         mint_key=bool(body.get("mint_key", True)),
@@ -112,6 +122,7 @@ async def create_rollout(state: ProxyState, request: Request) -> Response:
         harness_version=_opt_str(body, "harness_version"),
         metadata={str(k): str(v) for k, v in metadata.items()},
     )
+    await state.recorded()
     return JSONResponse(
         {
             "rollout_id": rollout.rollout_id,
@@ -139,14 +150,24 @@ async def finish_rollout(state: ProxyState, request: Request) -> Response:
         raise ProxyError(
             400, "'phase' must be finished, failed or timed_out", param="phase"
         ) from None
-    exit_code = body.get("exit_code")
+    raw_code = body.get("exit_code")
+    exit_code: int | None = None  # an exit status fits int32; anything else is not one
+    if (
+        isinstance(raw_code, int)
+        and not isinstance(raw_code, bool)
+        and -(2**31) <= raw_code < 2**31
+    ):
+        exit_code = raw_code
+    backend, message = _opt_str(body, "backend"), _opt_str(body, "message")
+    state.check_recording()
     state.finish_rollout(
         rollout,
         phase,
-        backend=_opt_str(body, "backend"),
-        exit_code=exit_code if isinstance(exit_code, int) else None,
-        message=_opt_str(body, "message"),
+        backend=backend,
+        exit_code=exit_code,
+        message=message,
     )
+    await state.recorded()
     return JSONResponse({"rollout_id": rollout.rollout_id, "phase": phase.value})
 
 
@@ -159,7 +180,7 @@ async def record_phase(state: ProxyState, request: Request) -> Response:
     """Record an orchestrator lifecycle phase of a rollout (known to the proxy or not yet)."""
     require_admin(state, request)
     rollout_id = request.path_params["rollout_id"]
-    body = await read_body(state, request)
+    body = await _body(state, request)
     names = ", ".join(p.value for p in ORCHESTRATOR_PHASES)
     try:
         phase = RolloutPhase(str(body.get("phase")))
@@ -171,68 +192,91 @@ async def record_phase(state: ProxyState, request: Request) -> Response:
     if not isinstance(metadata, dict):
         raise ProxyError(400, "'metadata' must be an object", param="metadata")
     live, done = state.rollouts.get(rollout_id), state.rollouts.finished(rollout_id)
+    fields = {
+        n: _opt_str(body, n) for n in ("task_id", "group_id", "harness", "backend", "message")
+    }
+    state.check_recording()
     if live is not None and phase is RolloutPhase.INFRA_FAILED:
-        state.finish_rollout(
-            live, phase, backend=_opt_str(body, "backend"), message=_opt_str(body, "message")
-        )
+        state.finish_rollout(live, phase, backend=fields["backend"], message=fields["message"])
+        await state.recorded()
         return JSONResponse({"rollout_id": rollout_id, "phase": phase.value}, status_code=201)
     state.publish_phase(
         rollout_id,
         phase,
-        task_id=_opt_str(body, "task_id")
-        or (live.task_id if live else done.task_id if done else None),
-        group_id=_opt_str(body, "group_id") or (live.group_id if live else None),
-        harness=_opt_str(body, "harness") or (live.harness if live else None),
-        backend=_opt_str(body, "backend"),
-        message=_opt_str(body, "message"),
+        task_id=fields["task_id"] or (live.task_id if live else done.task_id if done else None),
+        group_id=fields["group_id"] or (live.group_id if live else None),
+        harness=fields["harness"] or (live.harness if live else None),
+        backend=fields["backend"],
+        message=fields["message"],
         metadata={str(k): str(v) for k, v in metadata.items()},
     )
+    await state.recorded()
     return JSONResponse({"rollout_id": rollout_id, "phase": phase.value}, status_code=201)
 
 
 async def policy(state: ProxyState, request: Request) -> Response:
     if request.method == "POST":
         require_admin(state, request)
-        body = await read_body(state, request)
+        body = await _body(state, request)
         version = body.get("version")
-        if not isinstance(version, int) or isinstance(version, bool):
-            raise ProxyError(400, "'version' must be an integer", param="version")
+        if not isinstance(version, int) or isinstance(version, bool) or not 0 <= version < 2**63:
+            raise ProxyError(400, "'version' must be an integer from 0 to 2^63-1", param="version")
         state.policy_version = version
         state.metrics.policy_version.set(version)
     return JSONResponse(
         {
             "version": state.policy_version,
-            "paused": not state.resume.is_set(),
-            "in_flight": state.in_flight,
+            **_pause_state(state),
         }
     )
 
 
+def _pause_state(state: ProxyState) -> dict[str, Any]:
+    return {
+        "paused": state.paused,
+        "resumes_in_s": state.resumes_in(),
+        "auto_resumes": state.auto_resumes,
+        "in_flight": state.in_flight,
+    }
+
+
 async def pause(state: ProxyState, request: Request) -> Response:
+    """Pause new calls; ``{"timeout_s": N}`` (default ``pause_timeout``) ends it by itself."""
     require_admin(state, request)
-    state.resume.clear()
-    return JSONResponse({"paused": True, "in_flight": state.in_flight})
+    body = await _optional_body(state, request)
+    timeout = body.get("timeout_s", state.config.pause_timeout)
+    if not _finite_number(timeout) or not 0 < timeout <= 86_400:
+        raise ProxyError(
+            400, "'timeout_s' must be seconds, above 0 and at most 86400", param="timeout_s"
+        )
+    state.pause(float(timeout))
+    return JSONResponse(_pause_state(state))
 
 
 async def resume(state: ProxyState, request: Request) -> Response:
     require_admin(state, request)
-    state.resume.set()
-    return JSONResponse({"paused": False, "in_flight": state.in_flight})
+    state.unpause()
+    return JSONResponse(_pause_state(state))
 
 
 async def health(state: ProxyState, request: Request) -> Response:
-    stats = state.publisher.stats
+    """``ok`` (200), or 503 with the reason while new calls cannot be recorded in time."""
+    stats, problem = state.publisher.stats, state.publisher.problem()
     return JSONResponse(
         {
-            "status": "ok",
+            "status": "ok" if problem is None else "unavailable",
+            "problem": problem,
             "rollouts": len(state.rollouts),
             "finished_rollouts": state.rollouts.finished_count,
             "events": {
                 "published": stats.published,
                 "spooled": stats.spooled,
+                "dead_lettered": stats.dead_lettered,
                 "pending": state.publisher.pending,
+                "worker_errors": stats.worker_errors,
             },
-        }
+        },
+        status_code=200 if problem is None else 503,
     )
 
 

@@ -14,9 +14,18 @@ by rollout key or, in open mode, by session identity):
     POST /admin/rollouts/{rollout_id}/phase            record queued / verified / infra_failed
     GET|POST /admin/policy                             read or set the policy version
     POST /admin/pause, /admin/resume                   gate new calls during a weight swap
+                                                       (a pause ends by itself after a timeout)
     GET  /health, /metrics
 
-Handlers live in :mod:`proxy.calls`, :mod:`proxy.model_info` and :mod:`proxy.admin`.
+Handlers live in :mod:`proxy.calls`, :mod:`proxy.model_info` and :mod:`proxy.admin`. Every
+error is a JSON body in the caller's dialect, also an unknown route (404), a wrong method (405)
+and a bug (500): the dialect of the path's prefix (``/v1/messages...`` or an
+``anthropic-version`` header: Anthropic; else OpenAI).
+
+Crash guarantee: a call whose response completed is durable in the event log, the spool or
+the dead-letter file before its last byte is sent, so a SIGKILL of the proxy loses no answered
+call (:mod:`proxy.lifecycle`); while the publisher cannot record in time, new calls get a 503
+and ``/health`` answers 503 (:mod:`proxy.publisher`).
 """
 
 from __future__ import annotations
@@ -26,11 +35,12 @@ import gc
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from infra.eventlog import open_writer
+from infra.eventlog import EventLogWriter, message_limit, open_writer
 from proxy import admin, calls, model_info
 from proxy.config import ProxyConfig
 from proxy.credentials import ensure_admin_token
@@ -95,11 +105,39 @@ def routes() -> list[Route]:
     ]
 
 
-def create_app(config: ProxyConfig) -> Starlette:
+async def _http_error(request: Request, exc: Exception) -> Response:
+    """Starlette's own 404 / 405 in the dialect of the path's prefix."""
+    assert isinstance(exc, HTTPException)
+    status = exc.status_code
+    if status == 405:
+        message = f"{request.method} is not allowed on {request.url.path}"
+    elif status == 404:
+        message = f"no route {request.url.path}: see the proxy's README for its routes"
+    else:
+        message = str(exc.detail)
+    response = error_response(
+        ProxyError(status, message), dialect_for(request.url.path, request.headers)
+    )
+    if exc.headers:
+        response.headers.update(exc.headers)
+    return response
+
+
+async def _bug(request: Request, exc: Exception) -> Response:
+    """A bug: 500 in the caller's dialect (the traceback is logged by the server)."""
+    error = ProxyError(500, f"internal proxy error ({type(exc).__name__}); please report it")
+    return error_response(error, dialect_for(request.url.path, request.headers))
+
+
+def create_app(
+    config: ProxyConfig, open_log: Callable[[], EventLogWriter] | None = None
+) -> Starlette:
     """The proxy app; services (upstream client, publisher) start in its lifespan, which
     raises ConfigError when the upstream cannot be discovered. The admin token is settled here
-    (generated and written 0600 when none is configured)."""
+    (generated and written 0600 when none is configured). ``open_log`` opens the event log
+    writer (default: the one ``config.log_url`` names)."""
     ensure_admin_token(config)
+    limit = message_limit(config.log_url)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -110,10 +148,15 @@ def create_app(config: ProxyConfig) -> Starlette:
             config.upstream_url, model, timeout=config.upstream_timeout, decode=renderer.decode_text
         )
         publisher = Publisher(
-            lambda: open_writer(config.log_url), config.spool_dir, on_publish=metrics.on_publish
+            open_log or (lambda: open_writer(config.log_url)),
+            config.spool_dir,
+            high_water=config.publish_high_water,
+            on_publish=metrics.on_publish,
+            on_dead_letter=metrics.events_dead_lettered.inc,
+            max_message_bytes=limit,
         )
         app.state.proxy = ProxyState(
-            config, renderer, upstream, publisher, max_len, metrics=metrics
+            config, renderer, upstream, publisher, max_len, metrics=metrics, message_limit=limit
         )
         # Move everything loaded so far (torch, transformers, ...) out of the cyclic collector's
         # reach: full collections over millions of start-up objects stalled requests ~200 ms.
@@ -124,4 +167,5 @@ def create_app(config: ProxyConfig) -> Starlette:
             await upstream.aclose()
             publisher.close()
 
-    return Starlette(routes=routes(), lifespan=lifespan)
+    handlers = {HTTPException: _http_error, Exception: _bug}
+    return Starlette(routes=routes(), lifespan=lifespan, exception_handlers=handlers)

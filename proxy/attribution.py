@@ -1,4 +1,4 @@
-"""Which rollout a call records into, and reading its body within the size limit.
+"""Which rollout a call records into, and reading its body within the limits.
 
 Attribution, in order: a minted rollout key (``Authorization: Bearer ofk_...`` or
 ``x-api-key``) names its rollout; a ``/rollout/{rollout_id}/...`` path names one (and must agree
@@ -9,11 +9,11 @@ for one rollout never records into another. Failures are ProxyErrors that say wh
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from starlette.requests import Request
 
+from proxy.bodies import read_object
 from proxy.errors import ProxyError
 from proxy.rollouts import KEY_PREFIX, Rollout
 from proxy.state import ProxyState
@@ -117,21 +117,11 @@ def attribute(state: ProxyState, request: Request) -> Rollout:
     )
 
 
-async def read_body(state: ProxyState, request: Request) -> dict[str, Any]:
-    """The request's JSON object body; 413 past ``max_body_bytes``, 400 if it is not one."""
-    limit = state.config.max_body_bytes
-    declared = request.headers.get("content-length")
-    if declared and declared.isdigit() and int(declared) > limit:
-        raise ProxyError(413, f"request body of {declared} bytes exceeds the {limit}-byte limit")
-    raw = bytearray()
-    async for part in request.stream():
-        raw += part
-        if len(raw) > limit:
-            raise ProxyError(413, f"request body exceeds the {limit}-byte limit")
-    try:
-        body = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ProxyError(400, f"request body is not valid JSON: {exc}") from exc
-    if not isinstance(body, dict):
-        raise ProxyError(400, "request body must be a JSON object")
-    return body
+async def read_body(
+    state: ProxyState, request: Request, *, admin: bool = False, optional: bool = False
+) -> dict[str, Any]:
+    """The request's JSON object body, checked by :func:`proxy.bodies.read_object` against the
+    call limit (:attr:`ProxyState.body_limit`) or, for ``admin`` routes, the admin limit."""
+    config = state.config
+    limit = config.max_admin_body_bytes if admin else state.body_limit
+    return await read_object(request, limit, config.body_timeout, optional=optional)

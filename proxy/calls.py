@@ -52,7 +52,8 @@ def _encode(encoder: StreamEncoder, delta: Delta) -> bytes:
 async def _sse(
     lifecycle: CallLifecycle, generation: GenerationStream, first: list[Delta]
 ) -> AsyncGenerator[bytes, None]:
-    """The answer as SSE; an upstream error after the headers becomes an in-band error event."""
+    """The answer as SSE; an upstream error after the headers becomes an in-band error event,
+    and so does a record that is not durable in time (the stream never ends as if complete)."""
     dialect, req = lifecycle.dialect, lifecycle.req
     encoder = dialect.stream(req, lifecycle.meta, generation.gen.prompt_tokens)
     try:
@@ -61,11 +62,16 @@ async def _sse(
             yield _encode(encoder, delta)
         async for delta in generation.rest():
             yield _encode(encoder, delta)
-        yield encoder.finish(generation.gen)
+        last = encoder.finish(generation.gen)
         lifecycle.complete()
     except ProxyError as exc:
         lifecycle.fail(exc)
-        yield dialect.stream_error(exc)
+        last = dialect.stream_error(exc)
+    try:
+        await lifecycle.seal()  # the last bytes wait until the call's record is durable
+    except ProxyError as exc:
+        last = dialect.stream_error(exc)
+    yield last
 
 
 async def handle(state: ProxyState, request: Request, dialect: Dialect) -> Response:

@@ -48,7 +48,14 @@ class ProxyConfig:
         session_headers: headers that carry a session identity in open mode, in priority order
             (``traceparent`` contributes its trace id).
         record_bodies: record request and response bodies (False: redacted).
-        max_body_bytes, max_concurrency, upstream_timeout: limits.
+        max_body_bytes, max_concurrency, upstream_timeout: limits. A call's body is also held
+            to half the event log's message limit (Kafka: 16 MiB), so its record fits.
+        max_admin_body_bytes: body limit of the admin routes and rewards.
+        body_timeout: seconds a client may take to send a body (then 408).
+        record_timeout: seconds a call waits for its record to be durable before its last
+            byte is sent (then 503; see :mod:`proxy.lifecycle`).
+        publish_high_water: records waiting to be published at which new calls get 503
+            (the event log is not keeping up).
         default_max_tokens: generation budget when a request names none.
         max_tokens_cap: upper bound on any request's generation budget (None: the context room);
             bounds episode length when harnesses ask for tens of thousands of tokens.
@@ -57,6 +64,8 @@ class ProxyConfig:
         pause_mode: while weights swap, new calls ``wait`` or get 429 (``reject``); a string is
             converted, a typo raises ConfigError.
         pause_retry_after: the ``Retry-After`` seconds of that 429.
+        pause_timeout: seconds after which a pause ends by itself (a trainer that died
+            mid-swap must not stall every rollout); ``POST /admin/pause`` may name its own.
         finished_rollouts: how many finished rollouts are remembered (oldest forgotten first),
             so a late reward is still attributed and a late call gets a clear 410.
     """
@@ -82,6 +91,10 @@ class ProxyConfig:
     )
     record_bodies: bool = True
     max_body_bytes: int = 32 * 1024 * 1024
+    max_admin_body_bytes: int = 64 * 1024
+    body_timeout: float = 60.0
+    record_timeout: float = 30.0
+    publish_high_water: int = 5_000
     max_concurrency: int = 256
     upstream_timeout: float = 600.0
     default_max_tokens: int = 1024
@@ -90,10 +103,14 @@ class ProxyConfig:
     policy_version: int = 0
     pause_mode: PauseMode = PauseMode.WAIT
     pause_retry_after: int = 1
+    pause_timeout: float = 300.0
     finished_rollouts: int = 10_000
 
     def __post_init__(self) -> None:
         self.upstream_kind = choose(UpstreamKind, self.upstream_kind, "upstream_kind")
         self.pause_mode = choose(PauseMode, self.pause_mode, "pause_mode")
+        for name in ("body_timeout", "record_timeout", "pause_timeout"):
+            if not getattr(self, name) > 0:
+                raise ConfigError(f"{name} must be a positive number of seconds")
         if self.finished_rollouts < 0:
             raise ConfigError(f"finished_rollouts must be 0 or more, not {self.finished_rollouts}")

@@ -9,6 +9,14 @@ as a call index), count the call's metrics, release the slot.
 A streamed answer outlives the handler that starts it: the handler hands the lifecycle's exit to
 the response (:class:`proxy.calls.CallStream`), which runs it when the response ends.
 
+The proxy-crash guarantee: a call whose response completed is recorded durably, so a SIGKILL of
+the proxy loses no answered call. A non-streamed answer is sent only after the exit has waited
+for the completion event's :class:`~proxy.publisher.Receipt` (flushed to the event log, the
+spool or the dead-letter file); a stream's last bytes wait for it in :meth:`CallLifecycle.seal`.
+A record not durable within ``record_timeout`` turns the answer into a 503 (in-band for a
+stream) that the harness retries. Calls that had not completed when the proxy died (no full
+answer sent) may be lost; a client that went away is recorded without waiting.
+
 Statuses: the caller settles a call with :meth:`CallLifecycle.complete` (OK) or
 :meth:`CallLifecycle.fail` (an upstream error: UPSTREAM_ERROR, or TIMEOUT for 408/504); a
 prompt longer than the context is REJECTED by :meth:`CallLifecycle.begin`; a ProxyError that
@@ -25,6 +33,7 @@ from proxy.canonical import CallRequest, Generation
 from proxy.dialects.base import Dialect, ResponseMeta, new_id
 from proxy.errors import ProxyError
 from proxy.generation import GenerationStream
+from proxy.publisher import Receipt
 from proxy.recording import CallContext, completion_event, new_event_id
 from proxy.rollouts import Rollout
 from proxy.state import ProxyState, now_us
@@ -56,6 +65,7 @@ class CallLifecycle:
         self.meta = ResponseMeta(new_id(dialect.id_prefix), req.model)
         self._settled = False
         self._answered: int | None = None  # the HTTP status the harness gets
+        self._receipt: Receipt | None = None  # set once the completion event is published
         self._state = "new"  # new -> admitted -> exited
 
     async def __aenter__(self) -> CallLifecycle:
@@ -127,6 +137,15 @@ class CallLifecycle:
         if self.ctx is not None:
             self.ctx.status, self.ctx.error = status, error
 
+    async def seal(self) -> None:
+        """Record the settled call now and wait until its record is durable (before a stream's
+        last bytes); a 503 ProxyError if that takes longer than ``record_timeout``. The exit
+        then records nothing more."""
+        if self.ctx is None or self._receipt is not None:
+            return
+        self._receipt = self._record(self.ctx)
+        await self.state.recorded(self._receipt)
+
     def _first_token(self) -> None:
         assert self.ctx is not None
         self.ctx.first_token_us = now_us()
@@ -154,20 +173,31 @@ class CallLifecycle:
                     CompletionStatus.CLIENT_DISCONNECTED,
                     "client disconnected mid-stream" if streaming else None,
                 )
+            late: ProxyError | None = None  # the record was not durable in time
             try:
                 if self.generation is not None:
                     await self.generation.close()
             finally:
-                if self.ctx is not None:
-                    self._record(self.ctx)
+                if self.ctx is not None and self._receipt is None:
+                    self._receipt = self._record(self.ctx)
+                    # An answer not sent yet waits for its record (the crash guarantee).
+                    sent = self.req.stream and self._answered == 200
+                    gone = self.ctx.status is CompletionStatus.CLIENT_DISCONNECTED
+                    if not sent and not gone:
+                        try:
+                            await self.state.recorded(self._receipt)
+                        except ProxyError as error:
+                            late, self._answered = error, error.status
                 if self._answered is not None:
                     self.state.metrics.calls.labels(
                         self.dialect.name.value, str(self._answered)
                     ).inc()
+            if late is not None:
+                raise late  # answered instead of the call's own response
         finally:
             self.state.release()
 
-    def _record(self, ctx: CallContext) -> None:
+    def _record(self, ctx: CallContext) -> Receipt:
         """Publish the completion event, advance the rollout's continuity, count tokens."""
         state = self.state
         gen = (
@@ -180,7 +210,7 @@ class CallLifecycle:
             ctx.response_body = self.dialect.respond(gen, ctx.req, self.meta)
         event = completion_event(ctx, gen, state.config.record_bodies)
         self.rollout.commit(ctx.plan, ctx.event_id, ctx.req, gen, ctx.status)
-        state.publisher.publish([event])
+        receipt = state.publisher.publish([event])
         m = state.metrics
         m.tokens.labels("prompt").inc(len(ctx.plan.prompt_ids))
         m.tokens.labels("completion").inc(len(gen.token_ids))
@@ -190,3 +220,4 @@ class CallLifecycle:
         m.latency.labels(ctx.req.dialect.value, str(ctx.req.stream).lower()).observe(
             (ctx.done_us - ctx.received_us) / 1e6
         )
+        return receipt

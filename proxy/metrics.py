@@ -57,6 +57,11 @@ class ProxyMetrics:
             "Events written to the local spool instead.",
             registry=self.registry,
         )
+        self.events_dead_lettered = Counter(
+            "openforge_proxy_events_dead_lettered",
+            "Events the event log cannot take, written to the dead-letter file instead.",
+            registry=self.registry,
+        )
         self.errors = Counter(
             "openforge_proxy_errors",
             "Errors by class.",

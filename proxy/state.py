@@ -4,18 +4,21 @@ gate (pause during a weight swap, concurrency slots) every call passes."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from dataclasses import dataclass, field
 
 from proxy.config import PauseMode, ProxyConfig
 from proxy.errors import ProxyError
 from proxy.metrics import ProxyMetrics
-from proxy.publisher import Publisher
+from proxy.publisher import Publisher, Receipt
 from proxy.render import Renderer
 from proxy.rollouts import FinishedRollout, Rollout, RolloutRegistry
 from proxy.upstream import Upstream
 from schemas.enums import RolloutPhase
 from schemas.rollout import RolloutEvent
+
+log = logging.getLogger("openforge.proxy")
 
 
 def now_us() -> int:
@@ -34,12 +37,78 @@ class ProxyState:
     in_flight: int = 0
     policy_version: int = 0
     resume: asyncio.Event = field(default_factory=asyncio.Event)
+    message_limit: int | None = None  # the event log's largest message (None: no limit)
+    auto_resumes: int = 0  # pauses that ended by their timeout
+    _pause_timer: asyncio.TimerHandle | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.rollouts = RolloutRegistry(self.config.finished_rollouts)
         self.policy_version = self.config.policy_version
         self.metrics.policy_version.set(self.policy_version)
         self.resume.set()
+
+    @property
+    def body_limit(self) -> int:
+        """A call's body limit: ``max_body_bytes``, and at most half the log's message limit
+        (the rest is room for the generation and the record's other fields)."""
+        limit = self.config.max_body_bytes
+        return limit if self.message_limit is None else min(limit, self.message_limit // 2)
+
+    # --- recording ----------------------------------------------------------------------------
+
+    def check_recording(self) -> None:
+        """503 while the publisher cannot record in time (dead, stalled, or behind)."""
+        problem = self.publisher.problem()
+        if problem is not None:
+            self.metrics.errors.labels("recording").inc()
+            raise ProxyError(503, problem, code="recording_unavailable", retry_after="2")
+
+    async def recorded(self, receipt: Receipt | None = None) -> None:
+        """Wait until ``receipt`` (default: everything published so far) is durable; 503 if it
+        is not within ``record_timeout`` seconds."""
+        receipt = receipt or self.publisher.barrier()
+        timeout = self.config.record_timeout
+        if not await receipt.wait(timeout):
+            self.metrics.errors.labels("record_timeout").inc()
+            raise ProxyError(
+                503,
+                f"the event log did not confirm this record within {timeout:g} s: retry "
+                "(it may still arrive; consumers deduplicate by event id)",
+                code="not_recorded",
+                retry_after="2",
+            )
+
+    # --- pause during a weight swap -----------------------------------------------------------
+
+    @property
+    def paused(self) -> bool:
+        return not self.resume.is_set()
+
+    def pause(self, timeout: float) -> None:
+        """Hold new calls until :meth:`unpause`, or ``timeout`` seconds (then they resume by
+        themselves, with a warning and ``openforge_proxy_errors{error_class="pause_timeout"}``)."""
+        if self._pause_timer is not None:
+            self._pause_timer.cancel()
+        self.resume.clear()
+        self._pause_timer = asyncio.get_running_loop().call_later(timeout, self._pause_expired)
+
+    def _pause_expired(self) -> None:
+        log.warning("the pause was not ended by /admin/resume in time: resuming calls")
+        self.auto_resumes += 1
+        self.metrics.errors.labels("pause_timeout").inc()
+        self.unpause()
+
+    def unpause(self) -> None:
+        if self._pause_timer is not None:
+            self._pause_timer.cancel()
+            self._pause_timer = None
+        self.resume.set()
+
+    def resumes_in(self) -> float | None:
+        """Seconds until the current pause ends by itself (None: not paused)."""
+        if self._pause_timer is None or not self.paused:
+            return None
+        return max(0.0, self._pause_timer.when() - asyncio.get_running_loop().time())
 
     def start_rollout(self, rollout_id: str, *, mint_key: bool, **fields: object) -> Rollout:
         """Register a rollout and publish its ``started`` RolloutEvent."""
@@ -112,7 +181,9 @@ class ProxyState:
     async def admit(self) -> None:
         """Wait for (or, in reject mode, refuse with 429 during) a weight swap, then take a
         concurrency slot or refuse with 429. The caller gives the slot back with
-        :meth:`release` exactly once (:class:`proxy.lifecycle.CallLifecycle` does)."""
+        :meth:`release` exactly once (:class:`proxy.lifecycle.CallLifecycle` does). While the
+        publisher cannot record in time, refuse with 503 (:meth:`check_recording`)."""
+        self.check_recording()
         if not self.resume.is_set():
             if self.config.pause_mode is PauseMode.REJECT:
                 raise ProxyError(

@@ -71,7 +71,10 @@ class EventLogWriter(_Closing):
     """Appends records. ``append`` may buffer; after ``flush`` returns, everything is durable.
 
     Failures raise :class:`~schemas.errors.EventLogUnavailable` (retry later) or
-    :class:`~schemas.errors.EventLogCorrupt` (the log cannot take this record)."""
+    :class:`~schemas.errors.EventLogCorrupt` (the log cannot take this record).
+    ``max_message_bytes`` is the largest value the log takes (None: no limit of its own)."""
+
+    max_message_bytes: int | None = None
 
     @abc.abstractmethod
     def append(self, topic: str, key: bytes | None, value: bytes) -> None:

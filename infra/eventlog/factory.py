@@ -35,6 +35,16 @@ def open_writer(url: str, **options: object) -> EventLogWriter:
     return LocalLog(parsed.path).writer()
 
 
+def message_limit(url: str) -> int | None:
+    """The largest value a writer of ``url`` takes (None: no limit of its own), known before
+    one is opened, so a caller can refuse an over-size record when it is asked to make one."""
+    if _log_url(url).kind is LogKind.KAFKA:
+        from infra.eventlog.kafka import MAX_MESSAGE_BYTES
+
+        return MAX_MESSAGE_BYTES
+    return None
+
+
 def open_reader(
     url: str,
     topics: Sequence[str] = (),

@@ -72,6 +72,8 @@ def ensure_topics(
 
 
 class KafkaWriter(EventLogWriter):
+    max_message_bytes = MAX_MESSAGE_BYTES
+
     def __init__(self, bootstrap: str, **options: Any) -> None:
         config: dict[str, Any] = dict(
             bootstrap_servers=bootstrap,

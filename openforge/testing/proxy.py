@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 from starlette.applications import Starlette
 
-from infra.eventlog import EVENTS_TOPIC, open_reader
+from infra.eventlog import EVENTS_TOPIC, EventLogWriter, open_reader
 from infra.local.process import free_port
 from infra.proxy_client import ProxyAdmin
 from proxy.app import create_app
@@ -85,8 +85,14 @@ def serve_in_thread(
 
 
 @contextmanager
-def running_proxy(config: ProxyConfig, unix_socket: Path | None = None) -> Iterator[RunningProxy]:
-    app = create_app(config)
+def running_proxy(
+    config: ProxyConfig,
+    unix_socket: Path | None = None,
+    open_log: Callable[[], EventLogWriter] | None = None,
+) -> Iterator[RunningProxy]:
+    """The proxy app served in a thread; ``open_log`` opens its event log writer (default: the
+    one ``config.log_url`` names)."""
+    app = create_app(config, open_log)
     with serve_in_thread(app, "proxy", unix_socket=unix_socket) as url:
         yield RunningProxy(url, config, app, unix_socket)
 

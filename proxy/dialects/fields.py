@@ -14,15 +14,28 @@ def require(cond: bool, message: str, param: str | None = None) -> None:
         raise ProxyError(400, message, param=param)
 
 
-def number(body: dict[str, Any], name: str, kind: type = float) -> Any:
-    """An optional numeric field, type-checked (bools are not numbers)."""
+INT64 = (-(2**63), 2**63 - 1)
+
+
+def number(
+    body: dict[str, Any],
+    name: str,
+    kind: type = float,
+    low: float | None = None,
+    high: float | None = None,
+) -> Any:
+    """An optional numeric field, type-checked (bools are not numbers) and range-checked:
+    integers within int64 (the records' type) and ``[low, high]``, floats finite."""
     value = body.get(name)
     if value is None:
         return None
     ok = isinstance(value, int | float) and not isinstance(value, bool)
     if kind is int:
-        ok = ok and float(value).is_integer()
+        ok = ok and (isinstance(value, int) or value.is_integer())
     require(ok, f"'{name}' must be a {'integer' if kind is int else 'number'}", name)
+    lo, hi = INT64 if kind is int else (-1.7e308, 1.7e308)  # float: a finite float64
+    lo, hi = max(lo, low) if low is not None else lo, min(hi, high) if high is not None else hi
+    require(lo <= value <= hi, f"'{name}' must be from {lo} to {hi}, not {str(value)[:40]}", name)
     return kind(value)
 
 
@@ -37,10 +50,10 @@ def sampling_from(body: dict[str, Any], max_tokens_field: str) -> SamplingParams
         "stop",
     )
     return SamplingParams(
-        temperature=number(body, "temperature"),
+        temperature=number(body, "temperature"),  # the engine checks its own ranges
         top_p=number(body, "top_p"),
-        top_k=number(body, "top_k", int),
-        max_tokens=number(body, max_tokens_field, int),
+        top_k=number(body, "top_k", int, low=-1),
+        max_tokens=number(body, max_tokens_field, int, low=1),
         seed=number(body, "seed", int),
         stop=list(stop or []),
     )
