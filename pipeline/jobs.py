@@ -90,6 +90,9 @@ def quirks(opts: PipelineOptions) -> RunnerQuirks:
     return RunnerQuirks(name)
 
 
+STREAMING_JOB_TIMEOUT_S = 10 * 365 * 24 * 3600  # a streaming job runs until stopped
+
+
 def options(
     beam_args: Sequence[str], streaming: bool, runner_splits: bool = False
 ) -> PipelineOptions:
@@ -115,6 +118,12 @@ def options(
             portable.environment_type = "LOOPBACK"
         if not runner_splits:
             opts.view_as(DebugOptions).add_experiment("prism_disable_sdf_split")
+        # The portable runner reads the job's state and message streams with this timeout
+        # (300 s by default): a streaming job would die of DEADLINE_EXCEEDED after 5 minutes.
+        if (streaming or standard.streaming) and not any(
+            a.startswith(("--job_server_timeout", "--job-server-timeout")) for a in beam_args
+        ):
+            portable.job_server_timeout = STREAMING_JOB_TIMEOUT_S
     standard.streaming = streaming or standard.streaming
     return opts
 

@@ -71,7 +71,7 @@ class TasksSection:
     )
     train_split: str = _f("train", "the split trained on")
     heldout_split: str = _f("heldout", "the split evaluated on (never trained on)")
-    per_step: int = _f(8, "training tasks per update (each played rollouts.samples_per_task times)")
+    per_step: int = _f(4, "training tasks per update (each played rollouts.samples_per_task times)")
 
 
 @dataclass
@@ -112,8 +112,8 @@ class TrainerSection:
     advantage: str = _f("grpo", "veRL advantage estimator: grpo, rloo, reinforce_plus_plus, ...")
     policy_loss: str = _f("vanilla", "veRL policy loss: vanilla (PPO clip), gspo, cispo, ...")
     lora_rank: int = _f(8, "LoRA rank of the trained adapter (0: full weights)")
-    lr: float = _f(2e-3, "AdamW learning rate (0: a control run that never changes the policy)")
-    steps: int = _f(20, "updates in the run")
+    lr: float = _f(3e-3, "AdamW learning rate (0: a control run that never changes the policy)")
+    steps: int = _f(12, "updates in the run")
     max_staleness: int = _f(0, "policy versions a rollout may lag the trainer (admission and drop)")
     stale: StalePolicy = _f(StalePolicy.DROP, "episodes beyond max_staleness: drop or keep")
     seed: int = _f(0, "seed of the trainer (adapter init)")
@@ -121,8 +121,8 @@ class TrainerSection:
 
 @dataclass
 class EvaluationSection:
-    every: int = _f(5, "evaluate the held-out split every this many updates (and at 0 and the end)")
-    samples_per_task: int = _f(4, "rollouts per held-out task and evaluation")
+    every: int = _f(4, "evaluate the held-out split every this many updates (and at 0 and the end)")
+    samples_per_task: int = _f(3, "rollouts per held-out task and evaluation")
 
 
 @dataclass

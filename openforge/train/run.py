@@ -46,7 +46,7 @@ from openforge.train.warmstart import warm_start
 from orchestrator.registry import ROLLOUT_BACKENDS
 from orchestrator.run import Orchestrator, OrchestratorConfig
 from orchestrator.rundir import RunDir
-from schemas.errors import ConfigError
+from schemas.errors import ConfigError, ServiceError
 
 POLICY = "policy"  # the model name harnesses ask for
 
@@ -109,6 +109,7 @@ class TrainingRun:
         self.eval_orch: Orchestrator | None = None
         self.evals = EvalLog(self.root / "eval.csv")
         self.driver: RolloutDriver | None = None
+        self.failure: ServiceError | None = None
 
     # -- set-up ---------------------------------------------------------------------------
 
@@ -249,14 +250,32 @@ class TrainingRun:
                 self.stop,
             )
             stack.callback(self._stop_driver)
+            watchdog = threading.Thread(
+                target=self._watch, args=([vllm, pipeline],), daemon=True, name="watchdog"
+            )
             self.live.started = self.live.last_step_at = time.monotonic()
             self.driver.start()
+            watchdog.start()
             summary = self._train(model_dir, log_url, sync, per_step, train_tasks)
             self.driver.join()
+            if self.failure is not None:
+                raise self.failure
             if self.driver.error is not None:
                 raise self.driver.error
             summary["seconds"] = time.monotonic() - self.live.started
             return summary
+
+    def _watch(self, services: list[Any]) -> None:
+        """Stop the run (with the service's log tail as the error) when vLLM or the pipeline
+        dies: the trainer would otherwise wait for episodes that never come."""
+        while not self.stop.wait(1.0):
+            for service in services:
+                try:
+                    service.check_alive()
+                except ServiceError as exc:
+                    self.failure = exc
+                    self._stop_driver()
+                    return
 
     def _stop_driver(self) -> None:
         self.stop.set()

@@ -141,7 +141,7 @@ def cache_key(base: Path, ws: WarmStartSection, harness: HarnessSection) -> str:
         {
             "base": directory_digest(base),
             "warm_start": {k: str(v) for k, v in vars(ws).items()},
-            "format": 1,
+            "format": 2,
         },
         sort_keys=True,
     )
