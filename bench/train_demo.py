@@ -37,6 +37,47 @@ def _versions_stamped(run_dir: Path) -> set[int]:
     return {s.version for e in events if isinstance(e, CompletionEvent) for s in e.policy_versions}
 
 
+def update_kls(run_dir: Path, model_dir: Path) -> list[float]:
+    """Per update k: the mean over the batch's generated tokens of KL(policy v(k-1) || v(k)),
+    exact over the vocabulary, from the adapters the run exported (``trainer/export/v*``)."""
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    from infra.eventlog import EPISODES_TOPIC
+    from schemas.episode import Episode
+
+    with open_reader(f"local:{run_dir / 'log'}", [EPISODES_TOPIC], "bench-kl") as reader:
+        episodes = {
+            e.episode_id: e
+            for rec in reader.poll(1_000_000, 2.0)
+            for e in decode_message(rec.value)
+            if isinstance(e, Episode)
+        }
+    steps = [json.loads(line) for line in (run_dir / "trainer" / "consumed.jsonl").open()]
+
+    def policy(version: int) -> object:
+        base = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
+        return PeftModel.from_pretrained(base, str(run_dir / "trainer" / "export" / f"v{version}"))
+
+    kls = []
+    for row in steps:
+        k = int(row["step"])
+        before, after = policy(k - 1), policy(k)
+        total, count = 0.0, 0
+        with torch.no_grad():
+            for eid in row["episodes"]:
+                for sample in episodes[eid].samples:
+                    ids = torch.tensor([sample.token_ids])
+                    p = torch.log_softmax(before(input_ids=ids).logits[0, :-1], -1)  # type: ignore[operator]
+                    q = torch.log_softmax(after(input_ids=ids).logits[0, :-1], -1)  # type: ignore[operator]
+                    mask = torch.tensor(sample.loss_mask[1:], dtype=torch.bool)
+                    kl = (p.exp() * (p - q)).sum(-1)[mask]
+                    total, count = total + float(kl.sum()), count + int(mask.sum())
+        kls.append(total / max(count, 1))
+    return kls
+
+
 def run_one(config: Path, out: Path, overrides: list[str]) -> dict[str, object]:
     argv = [
         sys.executable,
@@ -65,7 +106,19 @@ def main() -> None:
     p.add_argument("--config", type=Path, default=ROOT / "examples" / "cpu-demo.toml")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--out", type=Path, default=ROOT / "runs" / "bench-train")
+    p.add_argument(
+        "--kl-only", action="store_true", help="only measure per-update KL of the runs in --out"
+    )
     args = p.parse_args()
+    if args.kl_only:
+        from openforge.train.config import load_config
+        from openforge.train.run import prepare_model
+
+        model = prepare_model(load_config(args.config), say=lambda _: None)
+        for run in sorted(d for d in args.out.iterdir() if (d / "trainer").exists()):
+            kls = update_kls(run, model)
+            print(f"{run.name}: per-update KL max {max(kls):.5f}, mean {sum(kls) / len(kls):.5f}")
+        return
     import shutil
 
     shutil.rmtree(args.out, ignore_errors=True)

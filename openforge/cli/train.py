@@ -29,7 +29,13 @@ def train(
     from rich.console import Console
 
     from openforge.train.config import describe, load_config
-    from openforge.train.report import live_progress, plot_curves, read_metrics, run_summary
+    from openforge.train.report import (
+        live_progress,
+        plot_curves,
+        progress_text,
+        read_metrics,
+        run_summary,
+    )
     from openforge.train.report import summary_table as table
     from openforge.train.run import TrainingRun, write_summary
 
@@ -41,6 +47,8 @@ def train(
     # SIGTERM unwinds like Ctrl-C: sandboxes, the pipeline, the proxy and vLLM are stopped.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     run = TrainingRun(cfg, say=console.print)
+    if not console.is_terminal:  # a log file or CI: one progress line per update instead
+        run.on_update = lambda: console.print(progress_text(run))
     console.print(f"run directory {run.root}")
     try:
         with live_progress(console, run):

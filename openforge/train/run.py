@@ -100,8 +100,13 @@ def _split(dataset: str, split: str) -> list[Task]:
 
 
 class TrainingRun:
-    def __init__(self, cfg: TrainConfig, say: Callable[[str], None] = print) -> None:
-        self.cfg, self.say = cfg, say
+    def __init__(
+        self,
+        cfg: TrainConfig,
+        say: Callable[[str], None] = print,
+        on_update: Callable[[], None] | None = None,
+    ) -> None:
+        self.cfg, self.say, self.on_update = cfg, say, on_update
         self.root = Path(cfg.run.output_dir).resolve()
         self.live = Live()
         self.stop = threading.Event()
@@ -292,6 +297,8 @@ class TrainingRun:
         self.live.train_reward = float(metrics["reward/mean"])
         self.live.step_times = [*(self.live.step_times or []), now - self.live.last_step_at]
         self.live.last_step_at = now
+        if self.on_update is not None:
+            self.on_update()
 
     def _train(
         self,

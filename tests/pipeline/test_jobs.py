@@ -144,3 +144,18 @@ def test_proxy_to_kafka_to_pipeline_to_episodes_topic(
         lp for c in calls for lp in c.completion_logprobs
     ]
     assert set(episode.lineage) >= {c.event_id for c in calls}
+
+
+def test_streaming_jobs_on_prism_are_not_cut_off_by_the_job_service_timeout() -> None:
+    from apache_beam.options.pipeline_options import PortableOptions
+
+    from pipeline.jobs import STREAMING_JOB_TIMEOUT_S, options
+
+    # Beam applies job_server_timeout (300 s by default) to the job's message stream: a
+    # streaming job would end with DEADLINE_EXCEEDED after five minutes.
+    assert options([], streaming=True).view_as(PortableOptions).job_server_timeout == (
+        STREAMING_JOB_TIMEOUT_S
+    )
+    assert options([], streaming=False).view_as(PortableOptions).job_server_timeout == 300
+    chosen = options(["--job_server_timeout=42"], streaming=True)
+    assert chosen.view_as(PortableOptions).job_server_timeout == 42
