@@ -115,6 +115,7 @@ class TrainingRun:
         self.evals = EvalLog(self.root / "eval.csv")
         self.driver: RolloutDriver | None = None
         self.failure: ServiceError | None = None
+        self.tag = ""
 
     # -- set-up ---------------------------------------------------------------------------
 
@@ -160,7 +161,7 @@ class TrainingRun:
             raise ConfigError(f"no {cfg.tasks.train_split!r} tasks in {cfg.tasks.dataset}")
         chosen = _harness(cfg)
         model_dir = prepare_model(cfg, self.say)
-        tag = self._launch_tag()
+        tag = self.tag = self._launch_tag()
         log_url = cfg.event_log.url or f"local:{self.root / 'log'}"
         lora = cfg.trainer.lora_rank > 0
         with ExitStack() as stack:
@@ -265,10 +266,35 @@ class TrainingRun:
             self.driver.join()
             if self.failure is not None:
                 raise self.failure
+            if self.driver.error is None:
+                self._drain(log_url, cfg.pipeline.lateness_s + 30.0)
             if self.driver.error is not None:
                 raise self.driver.error
             summary["seconds"] = time.monotonic() - self.live.started
             return summary
+
+    def _drain(self, log_url: str, timeout: float) -> None:
+        """Before the pipeline stops: wait until every rollout this launch verified has its
+        episode (the last evaluation's finish moments before the trainer's end)."""
+        from infra.eventlog import EPISODES_TOPIC, open_reader
+        from schemas.codec import decode_message
+        from schemas.episode import Episode
+
+        wanted = {
+            path.parent.name
+            for sub in ("rollouts", "eval")
+            for path in (self.root / sub / "rollouts").glob(f"{self.tag}-*/result.json")
+            if json.loads(path.read_text()).get("status") == "verified"
+        }
+        deadline = time.monotonic() + timeout
+        with open_reader(log_url, [EPISODES_TOPIC], f"openforge-train-drain-{self.tag}") as reader:
+            while wanted and time.monotonic() < deadline:
+                for rec in reader.poll(10_000, 1.0):
+                    for e in decode_message(rec.value):
+                        if isinstance(e, Episode):
+                            wanted.discard(e.rollout_id)
+        if wanted:
+            self.say(f"[yellow]{len(wanted)} rollouts had no episode yet when the run ended[/]")
 
     def _watch(self, services: list[Any]) -> None:
         """Stop the run (with the service's log tail as the error) when vLLM or the pipeline

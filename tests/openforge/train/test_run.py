@@ -83,6 +83,8 @@ def _check_run(out: Path, log_url: str) -> None:
     episodes = {e.episode_id: e for e in records if type(e).__name__ == "Episode"}
     assert all(episodes[e].task_id not in heldout for e in trained)  # never trained on held-out
     assert any(e.task_id in heldout for e in episodes.values())  # but they are recorded
+    played = {p.parent.name for p in out.glob("*/rollouts/*/result.json")}
+    assert played and played <= {e.rollout_id for e in episodes.values()}  # none left behind
 
     assert _processes_mentioning(str(out)) == []  # vLLM, the proxy, the pipeline: all stopped
 
