@@ -109,8 +109,10 @@ def parse(body: dict[str, Any]) -> CallRequest:
     )
     if system:
         messages.insert(0, {"role": "system", "content": text_of(system)})
+    raw_tools: Any = body.get("tools") or []
+    require(isinstance(raw_tools, list), "tools: must be a list", "tools")
     tools = []
-    for tool in body.get("tools") or []:
+    for tool in raw_tools:
         require(
             isinstance(tool, dict) and isinstance(tool.get("name"), str),
             "tools: each needs a name",
