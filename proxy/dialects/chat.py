@@ -19,7 +19,11 @@ ROLES = {"system", "developer", "user", "assistant", "tool"}
 def _message(raw: Any, i: int) -> Message:
     require(isinstance(raw, dict), f"messages[{i}] must be an object", "messages")
     role = raw.get("role")
-    require(role in ROLES, f"messages[{i}].role must be one of {sorted(ROLES)}", "messages")
+    require(
+        isinstance(role, str) and role in ROLES,
+        f"messages[{i}].role must be one of {sorted(ROLES)}",
+        "messages",
+    )
     out: Message = {
         "role": "system" if role == "developer" else role,
         "content": text_of(raw.get("content")),
