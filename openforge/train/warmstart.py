@@ -42,7 +42,7 @@ WRONG_TARGETS = ("answer.md", "answers.txt", "/tmp/answer.txt", "notes.txt")
 class EchoWordsData:
     """Draws batches of demonstrations for ``fine_tune``."""
 
-    def __init__(self, model_dir: Path, harness: HarnessSection) -> None:
+    def __init__(self, model_dir: Path) -> None:
         from transformers import AutoTokenizer
 
         tok: Any = AutoTokenizer.from_pretrained(str(model_dir))
@@ -53,7 +53,7 @@ class EchoWordsData:
         self.words = sorted(
             w for w in _vocabulary() if len(self.tok.encode(" " + w)) == 1 and w.isalpha()
         )
-        self.command_timeout_s = harness_command_timeout(harness)
+        self.command_timeout_s = agent_command_timeout()
         self.correct_fraction = 1.0
         self._cache: dict[tuple[str, str], list[Example]] = {}
 
@@ -120,7 +120,7 @@ class EchoWordsData:
         return out
 
 
-def harness_command_timeout(harness: HarnessSection) -> float:
+def agent_command_timeout() -> float:
     """The per-command timeout the agent harness states in its system prompt."""
     from infra.harnesses import Agent
 
@@ -133,7 +133,7 @@ def _vocabulary() -> list[str]:
     return corpus_words()
 
 
-def cache_key(base: Path, ws: WarmStartSection, harness: HarnessSection) -> str:
+def cache_key(base: Path, ws: WarmStartSection) -> str:
     """What decides the warm-started model: the base's files, the recipe, its settings."""
     from infra.tiny_model import directory_digest
 
@@ -165,11 +165,11 @@ def warm_start(
             "warm_start.recipe = 'echo-words' demonstrates the built-in agent harness's prompt; "
             f"set harness.name = 'agent' or warm_start.recipe = 'none' (not {harness.name!r})"
         )
-    out = cache / f"warm-{cache_key(base, ws, harness)}"
+    out = cache / f"warm-{cache_key(base, ws)}"
     if (out / "config.json").exists():
         say(f"warm start: reusing {out}")
         return out
-    data = EchoWordsData(base, harness)
+    data = EchoWordsData(base)
     say(
         f"warm start: {ws.steps} + {ws.noisy_steps} SFT steps on echo-words demonstrations "
         f"({len(data.words)} words; the second phase writes to the instructed file "
