@@ -108,7 +108,8 @@ class ProxyState:
         """Seconds until the current pause ends by itself (None: not paused)."""
         if self._pause_timer is None or not self.paused:
             return None
-        return max(0.0, self._pause_timer.when() - asyncio.get_running_loop().time())
+        left = self._pause_timer.when() - asyncio.get_running_loop().time()
+        return round(max(0.0, left), 3)  # milliseconds: the loop's clock sum is not exact
 
     def start_rollout(self, rollout_id: str, *, mint_key: bool, **fields: object) -> Rollout:
         """Register a rollout and publish its ``started`` RolloutEvent."""

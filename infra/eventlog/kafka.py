@@ -81,6 +81,7 @@ class KafkaWriter(EventLogWriter):
             enable_idempotence=True,
             linger_ms=5,
             max_block_ms=5_000,
+            bootstrap_timeout_ms=5_000,  # the default 30 s would outlast a call's record_timeout
             request_timeout_ms=10_000,
             max_request_size=MAX_MESSAGE_BYTES,
         )
