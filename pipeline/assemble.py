@@ -6,12 +6,15 @@ watermark has passed the latest of its events (then its episode is emitted: no e
 written before can still be on its way, even when a runner splits the read and delivers parts of
 the log out of order), or until its deadline (``allowed_lateness`` after its latest event,
 in event time): then a rewarded rollout is emitted even if it never reported its end, and one with
-no reward goes to the dead-letter output with the reason. A reward arriving after the episode was
-emitted, or later than the deadline in event time, also goes to the dead-letter output. Nothing
-is dropped silently. Lateness is judged by event time: an element within the deadline that is
-delivered after the deadline fired (a runner that fires timers early, like Beam's in-process
-FnApiRunner, can do that) reopens the rollout, and its episode supersedes the dead letter sent
-for it (same episode id).
+no reward goes to the dead-letter output with the reason. A rollout whose calls extend an earlier
+call that has not arrived (a split read can deliver it later) waits for it; a frame that cannot be
+decoded, or records that cannot be assembled, dead-letter the rollout with the reason and the job
+goes on. A reward arriving after the episode was emitted, or later than the deadline in event
+time, also goes to the dead-letter output; every record that arrives after its rollout's episode
+or deadline is counted. Nothing is dropped silently. Lateness is judged by event time: an
+element within the deadline that is delivered after the deadline fired (a runner that fires
+timers early, like Beam's in-process FnApiRunner, can do that) reopens the rollout with a new
+deadline, and its episode supersedes the dead letter sent for it (same episode id).
 """
 
 from __future__ import annotations
@@ -32,10 +35,10 @@ from apache_beam.transforms.userstate import (
 )
 from apache_beam.utils.timestamp import Duration, Timestamp
 
-from pipeline.assembly import assemble
+from pipeline.assembly import assemble, assemble_dead_letter, missing_events
 from schemas.codec import Record, decode_message, decode_messages
 from schemas.enums import TERMINAL_PHASES, RolloutPhase
-from schemas.episode import Episode
+from schemas.errors import SchemaError
 from schemas.reward import RewardEvent
 from schemas.rollout import RolloutEvent
 
@@ -50,6 +53,7 @@ class _AssembleFn(beam.DoFn):
     REWARDED = ReadModifyWriteStateSpec("rewarded", BooleanCoder())
     STATUS = ReadModifyWriteStateSpec("status", StrUtf8Coder())  # "", emitted, closed
     LATEST = ReadModifyWriteStateSpec("latest", StrUtf8Coder())  # latest event time (micros)
+    DAMAGED = ReadModifyWriteStateSpec("damaged", StrUtf8Coder())  # why it cannot be an episode
     DEADLINE = TimerSpec("deadline", TimeDomain.WATERMARK)
     SETTLED = TimerSpec("settled", TimeDomain.WATERMARK)  # finished, rewarded, all delivered
 
@@ -62,7 +66,9 @@ class _AssembleFn(beam.DoFn):
         self.events_read = Metrics.counter(NAMESPACE, "events_read")
         self.episodes = Metrics.counter(NAMESPACE, "episodes_emitted")
         self.dead_letters = Metrics.counter(NAMESPACE, "dead_letters")
-        self.late = Metrics.counter(NAMESPACE, "late_events")
+        self.late = Metrics.counter(NAMESPACE, "late_events")  # records after episode/deadline
+        self.undecodable = Metrics.counter(NAMESPACE, "undecodable_frames")
+        self.incomplete = Metrics.counter(NAMESPACE, "settled_waiting_for_calls")
         self.reopened = Metrics.counter(NAMESPACE, "reopened_after_deadline")
         self.early = Metrics.counter(NAMESPACE, "early_deadlines_deferred")
 
@@ -75,44 +81,50 @@ class _AssembleFn(beam.DoFn):
         rewarded: Any = beam.DoFn.StateParam(REWARDED),
         status: Any = beam.DoFn.StateParam(STATUS),
         latest: Any = beam.DoFn.StateParam(LATEST),
+        damaged: Any = beam.DoFn.StateParam(DAMAGED),
         deadline: Any = beam.DoFn.TimerParam(DEADLINE),
         settled: Any = beam.DoFn.TimerParam(SETTLED),
     ) -> Iterator[Any]:
         rollout_id, frame = element
-        records = decode_message(frame)
+        state = status.read()
+        try:
+            records = decode_message(frame)
+        except Exception as exc:  # damaged: the rollout goes to the dead letters when it settles
+            self.undecodable.inc()
+            records = []
+            if not damaged.read():
+                damaged.write(f"a frame of it cannot be decoded: {exc}")
         self.events_read.inc(len(records))
         has_reward = any(isinstance(r, RewardEvent) for r in records)
-        state = status.read()
-        reopened = False
         if state == EMITTED:
+            self.late.inc(len(records))
             if has_reward:  # a revised reward after the episode went out
-                self.late.inc()
-                yield from self._dead_letter(
+                yield self._dead_letter(
                     rollout_id, records, "reward arrived after the episode was emitted"
                 )
             return
         if state == CLOSED:
             if timestamp.micros > int(latest.read() or 0) + self.lateness.micros:
+                self.late.inc(len(records))
                 if has_reward:
-                    self.late.inc()
-                    yield from self._dead_letter(
+                    yield self._dead_letter(
                         rollout_id, records, "reward arrived after the rollout's deadline"
                     )
                 return
             # In time by event time, so the deadline fired before this element was delivered
-            # (the local runner can do that): reopen. A dead letter already sent is superseded
-            # by the episode with the same episode id.
+            # (the local runner can do that): reopen, with the deadline it had. A dead letter
+            # already sent is superseded by the episode with the same episode id.
             self.reopened.inc()
             status.write("")
-            reopened = True
-        frames.add(frame)
+        if records:
+            frames.add(frame)
         infra = [
             r
             for r in records
             if isinstance(r, RolloutEvent) and r.phase is RolloutPhase.INFRA_FAILED
         ]
         if infra:  # no reward will come: the orchestrator retries it as another rollout
-            yield from self._dead_letter(
+            yield self._dead_letter(
                 rollout_id,
                 decode_messages(frames.read()),
                 f"infrastructure failure: {infra[0].message or 'no message'}",
@@ -125,14 +137,11 @@ class _AssembleFn(beam.DoFn):
         if has_reward:
             rewarded.write(True)
         micros = max(int(latest.read() or 0), timestamp.micros)
-        if not reopened:
-            latest.write(str(micros))
-            deadline.set(Timestamp(micros=micros) + self.lateness)
+        latest.write(str(micros))
+        deadline.set(Timestamp(micros=micros) + self.lateness)  # reopened ones get one too
         if finished.read() and rewarded.read():
             if self.emit_at_once:  # the runner delivers the log in order (see AssembleEpisodes)
-                yield self._emit(rollout_id, frames)
-                status.write(EMITTED)
-                frames.clear()
+                yield from self._settle(rollout_id, frames, status, damaged)
             else:  # once the watermark is past its events (record times have 1 ms resolution)
                 settled.set(Timestamp(micros=micros + 1000))
 
@@ -142,10 +151,22 @@ class _AssembleFn(beam.DoFn):
         key: Any = beam.DoFn.KeyParam,
         frames: Any = beam.DoFn.StateParam(FRAMES),
         status: Any = beam.DoFn.StateParam(STATUS),
+        damaged: Any = beam.DoFn.StateParam(DAMAGED),
     ) -> Iterator[Any]:
-        if status.read():
+        if not status.read():
+            yield from self._settle(key, frames, status, damaged)
+
+    def _settle(self, rollout_id: str, frames: Any, status: Any, damaged: Any) -> Iterator[Any]:
+        """Emit the episode of a finished, rewarded rollout, unless calls it extends have not
+        arrived yet: then it waits for them (each arrival settles again) or for its deadline."""
+        records = decode_messages(frames.read())
+        if damaged.read():
+            yield self._dead_letter(rollout_id, records, damaged.read())
+        elif missing_events(records):
+            self.incomplete.inc()
             return
-        yield self._emit(key, frames)
+        else:
+            yield self._emit(rollout_id, records)
         status.write(EMITTED)
         frames.clear()
 
@@ -158,6 +179,7 @@ class _AssembleFn(beam.DoFn):
         rewarded: Any = beam.DoFn.StateParam(REWARDED),
         finished: Any = beam.DoFn.StateParam(FINISHED),
         status: Any = beam.DoFn.StateParam(STATUS),
+        damaged: Any = beam.DoFn.StateParam(DAMAGED),
         deadline: Any = beam.DoFn.TimerParam(DEADLINE),
     ) -> Iterator[Any]:
         if status.read():
@@ -169,32 +191,42 @@ class _AssembleFn(beam.DoFn):
             self.early.inc()
             deadline.set(fired_at)
             return
-        if rewarded.read():  # rewarded but never reported its end: train on what is there
-            yield self._emit(key, frames)
+        records = decode_messages(frames.read())
+        missing = missing_events(records)
+        if damaged.read():
+            yield self._dead_letter(key, records, damaged.read())
+            status.write(EMITTED)  # settled: later records of it are counted as late
+            frames.clear()
+            return
+        if rewarded.read() and not missing:  # rewarded, never reported its end: train on it
+            yield self._emit(key, records)
             status.write(EMITTED)
             frames.clear()
             return
-        reason = "no reward by the deadline" + (
-            "" if finished.read() else "; the rollout never reported its end"
-        )
-        yield from self._dead_letter(key, decode_messages(frames.read()), reason)
+        if missing:
+            reason = f"calls it extends never arrived: {', '.join(missing)}"
+        else:
+            reason = "no reward by the deadline" + (
+                "" if finished.read() else "; the rollout never reported its end"
+            )
+        yield self._dead_letter(key, records, reason)
         status.write(CLOSED)  # frames are kept: an element in time by event time reopens
 
-    def _emit(self, rollout_id: str, frames: Any) -> Episode:
-        episode = assemble(
-            rollout_id, decode_messages(frames.read()), created_us=time.time_ns() // 1000
-        )
+    def _emit(self, rollout_id: str, records: list[Record]) -> Any:
+        """The rollout's episode, or its dead letter if its records cannot be assembled."""
+        try:
+            episode = assemble(rollout_id, records, created_us=time.time_ns() // 1000)
+        except SchemaError as exc:  # a damaged event: dead-letter the rollout, go on
+            return self._dead_letter(rollout_id, records, f"cannot be assembled: {exc}")
         self.episodes.inc()
         for fork in episode.forks:
             Metrics.counter(NAMESPACE, f"forks_{fork.mismatch.value}").inc()
         return episode
 
-    def _dead_letter(self, rollout_id: str, records: list[Record], reason: str) -> Iterator[Any]:
+    def _dead_letter(self, rollout_id: str, records: list[Record], reason: str) -> Any:
         self.dead_letters.inc()
-        episode = assemble(
-            rollout_id, records, created_us=time.time_ns() // 1000, dead_letter=reason
-        )
-        yield beam.pvalue.TaggedOutput(DEAD_LETTER, episode)
+        episode = assemble_dead_letter(rollout_id, records, time.time_ns() // 1000, reason)
+        return beam.pvalue.TaggedOutput(DEAD_LETTER, episode)
 
 
 class AssembleEpisodes(beam.PTransform):

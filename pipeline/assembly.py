@@ -13,13 +13,14 @@ Pure Python and deterministic: the Beam transforms, replay and tests all call :f
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from schemas.codec import Record
 from schemas.completion import CompletionEvent, PolicySpan
 from schemas.delta import Reconstructor, common_prefix
 from schemas.enums import TERMINAL_PHASES, CompletionStatus, ContinuityClass
 from schemas.episode import Episode, Fork, Sample, episode_id_for
+from schemas.errors import SchemaError
 from schemas.reward import RewardEvent
 from schemas.rollout import RolloutEvent
 
@@ -163,3 +164,44 @@ def assemble(
         lineage=events.all_ids(),
         dead_letter=dead_letter,
     )
+
+
+def missing_events(records: Iterable[Record]) -> list[str]:
+    """What ``records`` say is still to come (a split read can deliver part of a rollout's log
+    late): the ids of earlier calls its completions extend (delta form), and ``call N`` for each
+    call the proxy numbered (its terminal event says how many) whose completion event is not
+    here. The episode is built once this is empty."""
+    records = list(records)
+    completions = [r for r in records if isinstance(r, CompletionEvent)]
+    present = {e.event_id for e in completions}
+    refs = {
+        ref
+        for e in completions
+        for ref in (e.prompt_ref_event_id, e.request_history_ref)
+        if ref is not None
+    }
+    numbered = max(
+        (r.calls for r in records if isinstance(r, RolloutEvent) and r.calls is not None),
+        default=0,
+    )
+    indices = set(range(numbered)) - {e.call_index for e in completions}
+    return sorted(refs - present) + [f"call {i}" for i in sorted(indices)]
+
+
+def assemble_dead_letter(
+    rollout_id: str, records: list[Record], created_us: int, reason: str
+) -> Episode:
+    """A dead-letter episode that never fails: where the calls cannot be rebuilt (a missing or
+    damaged event), it keeps the rollout's other records and says why, with every event id of
+    the rollout in its lineage."""
+    try:
+        return assemble(rollout_id, records, created_us, dead_letter=reason)
+    except SchemaError as exc:
+        rest = [r for r in records if not isinstance(r, CompletionEvent)]
+        episode = assemble(
+            rollout_id,
+            rest,
+            created_us,
+            dead_letter=f"{reason}; its calls cannot be rebuilt: {exc}",
+        )
+        return replace(episode, lineage=RolloutEvents.of(records).all_ids())

@@ -58,6 +58,11 @@ class Rollout:
             self._next_call += 1
             return index, self._tracker.plan(req, renderer)
 
+    @property
+    def calls(self) -> int:
+        """How many calls were numbered for this rollout (each gets one completion event)."""
+        return self._next_call
+
     def delta(
         self,
         plan: Plan,

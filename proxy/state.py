@@ -160,6 +160,7 @@ class ProxyState:
                     duration_s=(at - rollout.created_us) / 1e6,
                     message=message,
                     metadata=rollout.metadata,
+                    calls=rollout.calls,
                 )
             ]
         )

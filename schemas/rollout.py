@@ -25,7 +25,10 @@ class RolloutEvent:
     duration_s: float | None = None  # from start to this phase
     message: str | None = None  # what went wrong, for failed and timed out
     metadata: dict[str, str] = field(default_factory=dict)
-    schema_version: int = 2  # v2: phases queued, verified, infra_failed
+    # Terminal phases from the proxy: how many calls it numbered for the rollout (each is
+    # recorded as one completion event), so assembly knows when it has all of them.
+    calls: int | None = None
+    schema_version: int = 3  # v2: phases queued, verified, infra_failed; v3: calls
 
     SCHEMA_NAME = "rollout"
 
@@ -46,5 +49,6 @@ ROLLOUT_SCHEMA = pa.schema(
         pa.field("duration_s", pa.float64()),
         pa.field("message", pa.string()),
         pa.field("metadata", pa.map_(pa.string(), pa.string()), nullable=False),
+        pa.field("calls", pa.int32()),
     ]
 )

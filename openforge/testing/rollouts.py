@@ -161,9 +161,15 @@ def make_rollout(
             )
         )
     if finished:
+        numbered = {r.call_index for r in records if isinstance(r, CompletionEvent)}
         records.append(
             RolloutEvent(
-                f"{rollout_id}-end", rollout_id, RolloutPhase.FINISHED, T0 + 2 * 10**6, exit_code=0
+                f"{rollout_id}-end",
+                rollout_id,
+                RolloutPhase.FINISHED,
+                T0 + 2 * 10**6,
+                exit_code=0,
+                calls=len(numbered),
             )
         )
     return Rollout(rollout_id, records, samples, reward)

@@ -157,3 +157,60 @@ def test_an_infrastructure_failure_is_dead_lettered_at_once() -> None:
             ),
             label="dead letters",
         )
+
+
+def test_a_rollout_waits_for_a_call_it_extends_and_poison_stops_only_its_rollout() -> None:
+    """A split read can deliver a call after the watermark passed it: the episode waits for the
+    call its successor extends. A frame that cannot be decoded, or a damaged event, dead-letters
+    its own rollout with the reason; every other rollout still gets its episode."""
+    import dataclasses
+
+    gap = make_rollout(8, "gap", calls=4)
+    calls, rewards, ends = _split(gap)
+    held = next(
+        r
+        for r in calls
+        if isinstance(r, CompletionEvent)
+        and any(
+            isinstance(o, CompletionEvent) and o.prompt_ref_event_id == r.event_id for o in calls
+        )
+    )
+    poisoned = make_rollout(9, "poisoned", calls=3)
+    damaged = make_rollout(10, "damaged", calls=3)
+    d_calls, d_rewards, d_ends = _split(damaged)
+    d_calls = [  # the first call claims a longer prompt than it carries
+        dataclasses.replace(r, prompt_length=r.prompt_length + 5)
+        if isinstance(r, CompletionEvent) and r.call_index == 0
+        else r
+        for r in d_calls
+    ]
+    fine = make_rollout(11, "fine", calls=3)
+    stream = (
+        ScriptedStream()
+        .advance_watermark_to(0)
+        .add_elements(_frames([c for c in calls if c is not held] + rewards + ends, 2))
+        .add_elements([TimestampedValue(("poisoned", b"\x00not a frame"), 2)])
+        .add_elements(_frames(poisoned.records + d_calls + d_rewards + d_ends, 2))
+        .add_elements(_frames(fine.records, 3))
+        .advance_watermark_to(20)  # past every event: "gap" settles without its held call
+        .add_elements(_frames([held], 2))  # in time by event time (lateness 100 s)
+        .advance_watermark_to(1000)
+    )
+    with _pipeline() as p:
+        out = p | stream | AssembleEpisodes(allowed_lateness_s=LATENESS)
+        assert_that(
+            out.episodes | "main" >> beam.Map(_summary),
+            equal_to([_expected(gap), _expected(fine)]),
+            label="episodes",
+        )
+        assert_that(
+            out[DEAD_LETTER]
+            | "dead" >> beam.Map(lambda e: (e.rollout_id, (e.dead_letter or "").split(":")[0])),
+            equal_to(
+                [
+                    ("poisoned", "a frame of it cannot be decoded"),
+                    ("damaged", "cannot be assembled"),
+                ]
+            ),
+            label="dead letters",
+        )

@@ -8,9 +8,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from openforge.testing.rollouts import make_rollout
-from pipeline.assembly import assemble
+from pipeline.assembly import assemble, assemble_dead_letter, missing_events
+from schemas.completion import CompletionEvent
 from schemas.enums import ContinuityClass
 from schemas.episode import episode_id_for
+from schemas.errors import SchemaError
 
 
 @settings(max_examples=200, deadline=None)
@@ -42,3 +44,26 @@ def test_nothing_to_train_on_is_an_empty_episode() -> None:
     rollout = make_rollout(1, calls=0)
     episode = assemble("r", rollout.records, created_us=0)
     assert episode.samples == [] and episode.reward == rollout.reward
+
+
+@settings(max_examples=200, deadline=None)
+@given(seed=st.integers(0, 10**6), calls=st.integers(1, 10), drop=st.integers(0, 10**6))
+def test_a_rollout_with_no_missing_events_assembles_and_a_dead_letter_never_fails(
+    seed: int, calls: int, drop: int
+) -> None:
+    """``missing_events`` names exactly what blocks assembly: with none missing, assembly
+    succeeds; with some, the dead-letter episode still builds and keeps every event id."""
+    rollout = make_rollout(seed, calls=calls)
+    assert missing_events(rollout.records) == []
+    rng = random.Random(drop)
+    kept = [r for r in rollout.records if not isinstance(r, CompletionEvent) or rng.random() < 0.7]
+    missing = missing_events(kept)
+    try:
+        assemble(rollout.rollout_id, kept, created_us=0)
+        assembled = True
+    except SchemaError:
+        assembled = False
+    assert assembled or missing  # nothing missing: it assembles
+    dead = assemble_dead_letter(rollout.rollout_id, kept, 0, "why")
+    assert dead.dead_letter is not None and dead.dead_letter.startswith("why")
+    assert set(dead.lineage) == {r.event_id for r in kept}

@@ -5,19 +5,20 @@ read is split mid-backlog that still yields every episode exactly once, as repla
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 import apache_beam as beam
 import pytest
 from apache_beam.io.watermark_estimators import ManualWatermarkEstimator
-from apache_beam.metrics.metric import MetricsFilter
+from apache_beam.metrics.metric import Metrics, MetricsFilter
 from apache_beam.runners.sdf_utils import RestrictionTrackerView, ThreadsafeRestrictionTracker
+from apache_beam.transforms.window import FixedWindows
 
-from infra.eventlog import DEAD_LETTER_TOPIC, EPISODES_TOPIC, EVENTS_TOPIC, open_reader, open_writer
+from infra.eventlog import EPISODES_TOPIC, EVENTS_TOPIC, open_reader, open_writer
 from openforge.testing.rollouts import make_rollout
-from pipeline.assemble import DEAD_LETTER, NAMESPACE, AssembleEpisodes
+from pipeline.assemble import NAMESPACE
 from pipeline.assembly import assemble
 from pipeline.jobs import options
 from pipeline.offsets import END, EndOffsets, GrowableRangeTracker, LogRanges, PartitionRange
@@ -161,10 +162,29 @@ def _summary(e: Episode) -> tuple[Any, ...]:
     )
 
 
+class _AssembleGroup(beam.DoFn):
+    """A rollout's frames, grouped by the runner, into its episode; counts the frames."""
+
+    def process(self, element: tuple[str, Iterable[bytes]]) -> Iterator[Episode]:
+        rollout_id, frames = element
+        frames = list(frames)
+        Metrics.counter(NAMESPACE, "frames_grouped").inc(len(frames))
+        yield assemble(rollout_id, [r for f in frames for r in decode_message(f)], created_us=0)
+
+
 @pytest.mark.parametrize("records_per_call", [5, 1000])
-def test_a_read_split_mid_backlog_yields_every_episode_exactly_once(
+def test_a_read_split_mid_backlog_yields_every_record_and_episode_exactly_once(
     tmp_path: Path, records_per_call: int
 ) -> None:
+    """Prism splits the read's restriction (runner-initiated splits on, small reads); the
+    records are grouped by rollout on the runner's side. Every record arrives exactly once,
+    so every episode equals what replay builds from the log.
+
+    The stateful assembly is not run under runner splits here: Prism 2.77 also splits the
+    assembly's bundles of timers and then loses state writes (apache/beam#35771; seen here as
+    bag appends missing at the deadline), which is why the jobs run Prism with those splits off
+    (:func:`pipeline.jobs.options`). The assembly's own handling of calls delivered out of order
+    is tested in test_assemble_stream.py."""
     url = f"local:{tmp_path / 'log'}"
     rollouts = [make_rollout(i, f"r{i}", calls=6, with_reward=i % 7 != 3) for i in range(30)]
     with open_writer(url) as writer:
@@ -174,32 +194,30 @@ def test_a_read_split_mid_backlog_yields_every_episode_exactly_once(
     stalls = {"r4": 0.35, "r15": 1.0}  # Prism splits after ticks 100 ms, then 400 ms apart
 
     p = beam.Pipeline(options=options([], streaming=True, runner_splits=True))
-    events = (
+    (
         p
         | ReadEventLog(url, EVENTS_TOPIC, stop_when_idle_s=2, records_per_call=records_per_call)
         | beam.ParDo(_SlowOnce(stalls))
+        | beam.WindowInto(FixedWindows(10**9))  # one window: fires when the read ends
+        | beam.GroupByKey()
+        | beam.ParDo(_AssembleGroup())
+        | WriteEpisodes(url, None, EPISODES_TOPIC)
     )
-    assembled = events | AssembleEpisodes(allowed_lateness_s=5)
-    assembled.episodes | "episodes" >> WriteEpisodes(url, None, EPISODES_TOPIC)
-    assembled[DEAD_LETTER] | "dead" >> WriteEpisodes(url, None, DEAD_LETTER_TOPIC)
     result = p.run()
     result.wait_until_finish()
-    counters = {  # Prism's counts of split bundles can be short: only splits are checked here
+    counters = {
         c.key.metric.name: c.committed
         for c in result.metrics().query(MetricsFilter().with_namespace(NAMESPACE))["counters"]
     }
     assert counters["log_reads_ended_at_split"] >= 1, counters  # the read was split
+    assert counters["frames_grouped"] == sum(len(r.records) for r in rollouts), counters
 
-    streamed = _read_episodes(url, EPISODES_TOPIC) + _read_episodes(url, DEAD_LETTER_TOPIC)
+    streamed = _read_episodes(url, EPISODES_TOPIC)
     ids = [e.episode_id for e in streamed]
     assert sorted(ids) == sorted(episode_id_for(r.rollout_id) for r in rollouts)  # once each
-    replayed = [
-        assemble(
-            r.rollout_id,
-            r.records,
-            created_us=0,
-            dead_letter=None if i % 7 != 3 else "no reward by the deadline",
-        )
-        for i, r in enumerate(rollouts)
-    ]
-    assert sorted(map(_summary, streamed)) == sorted(map(_summary, replayed))
+    replayed = {
+        episode_id_for(r.rollout_id): assemble(r.rollout_id, r.records, created_us=0)
+        for r in rollouts
+    }
+    differ = [e.rollout_id for e in streamed if _summary(e) != _summary(replayed[e.episode_id])]
+    assert not differ, differ
