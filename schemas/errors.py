@@ -62,3 +62,8 @@ class InfrastructureError(OpenForgeError):
 class SandboxError(OpenForgeError):
     """A rollout sandbox could not be set up or torn down (a bad spec, a limit it cannot enforce,
     processes that would not die); the message names the setting or the next step."""
+
+
+class QueryError(OpenForgeError):
+    """SQL over a run's archive failed (a syntax error, an unknown view or column); the message
+    has the database's own message and the list of views."""
