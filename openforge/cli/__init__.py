@@ -8,6 +8,7 @@ from openforge.cli import (
     model,
     pipeline,
     proxy,
+    query,
     rollout,
     rollouts,
     services,
@@ -32,6 +33,7 @@ app.add_typer(rollout.app, name="rollout")
 app.command("train")(train.train)
 app.command("demo")(train.demo)
 app.command("proxy")(proxy.proxy)
+app.command("query")(query.query)
 
 
 @app.command()
