@@ -19,6 +19,7 @@ import duckdb
 import pyarrow.parquet as pq
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from openforge.query.formats import OutputFormat
 from openforge.query.views import query_error
@@ -74,7 +75,8 @@ def _table(rel: duckdb.DuckDBPyRelation, stream: TextIO, max_rows: int) -> int:
         if 0 < max_rows <= shown:
             table.caption = f"showing the first {max_rows} rows; --max-rows 0 shows all"
             break
-        table.add_row(*("[dim]NULL[/]" if v is None else cell(v) for v in row))
+        # Text, not markup: a value such as "[/x]" is data.
+        table.add_row(*(Text("NULL", style="dim") if v is None else Text(cell(v)) for v in row))
         shown += 1
     if table.caption is None:
         table.caption = f"{shown} row{'s' if shown != 1 else ''}"
@@ -126,13 +128,16 @@ def write_result(
 ) -> int:
     """Write the result of ``rel`` in ``fmt`` to ``out`` (a file, replaced) or else ``stream``;
     returns the rows written (for Parquet, the rows of the result)."""
-    if fmt is OutputFormat.PARQUET:
-        if out is None:
-            raise ConfigError("--format parquet writes a file: add --out FILE.parquet")
-        return _parquet(rel, out)
+    if fmt is OutputFormat.PARQUET and out is None:
+        raise ConfigError("--format parquet writes a file: add --out FILE.parquet")
     if out is not None:
-        with open(out, "w", newline="") as f:
-            return write_result(rel, fmt, f, None, max_rows)
+        try:
+            if fmt is OutputFormat.PARQUET:
+                return _parquet(rel, out)
+            with open(out, "w", newline="") as f:
+                return write_result(rel, fmt, f, None, max_rows)
+        except OSError as exc:
+            raise ConfigError(f"--out {out}: {exc.strerror or exc}; pass a writable file") from exc
     if fmt is OutputFormat.CSV:
         return _csv(rel, stream)
     if fmt is OutputFormat.JSON:

@@ -64,6 +64,17 @@ class RunFiles:
             )
         return cls(archives=archives, trainer=trainer)
 
-    def files(self, record: str) -> list[Path]:
-        """The Parquet files of record type ``record`` in every archive, archive by archive."""
-        return [path for root in self.archives for path in archive_files(root, record)]
+    def patterns(self, record: str) -> list[str]:
+        """What ``read_parquet`` reads for record type ``record``: per archive that has files of
+        it, the glob of its files (expanded at each query, so files written later are read too),
+        or, where the archive's path has glob characters itself, its files as they are now."""
+        out: list[str] = []
+        for root in self.archives:
+            files = archive_files(root, record)
+            if not files:
+                continue  # a glob that matches nothing is an error in DuckDB
+            if any(ch in str(root) for ch in "*?[]{}"):
+                out += [str(p) for p in files]
+            else:
+                out.append(str(root / f"record={record}" / "date=*" / "part-*.parquet"))
+        return out

@@ -4,8 +4,9 @@ The raw records of each type are the view ``raw.<record>`` (every field, duplica
 the archive's Parquet files read with ``read_parquet(..., hive_partitioning=true,
 union_by_name=true)``, united by name with an empty table of the record's current Arrow schema.
 So a record type without files yet still has its view with the right columns, and files written
-by older schema versions show the fields they lack as null. The files are listed when the
-connection is opened: files written later are not seen.
+by older schema versions show the fields they lack as null. DuckDB expands the archives' globs
+at each query, so a connection also reads files written after it was opened (of a record type
+that had files then).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ def _quote(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
-def _raw_view(con: duckdb.DuckDBPyConnection, name: str, files: list[Path]) -> None:
+def _raw_view(con: duckdb.DuckDBPyConnection, name: str, patterns: list[str]) -> None:
     """``raw.<name>``: the record type's files, or nothing, with every current column."""
     schema = REGISTRY[name].schema
     empty = pa.schema([*schema, *_PARTITIONS]).empty_table()
@@ -37,8 +38,8 @@ def _raw_view(con: duckdb.DuckDBPyConnection, name: str, files: list[Path]) -> N
     con.execute(f"CREATE TABLE raw._empty_{name} AS SELECT * FROM _empty")
     con.unregister("_empty")
     sql = f"SELECT * FROM raw._empty_{name}"
-    if files:
-        listed = ", ".join(_quote(str(p)) for p in files)
+    if patterns:
+        listed = ", ".join(_quote(p) for p in patterns)
         sql += (
             f" UNION ALL BY NAME SELECT * FROM read_parquet([{listed}], "
             "hive_partitioning = true, union_by_name = true)"
@@ -59,7 +60,7 @@ def connect(files: RunFiles) -> duckdb.DuckDBPyConnection:
     con = duckdb.connect(":memory:")
     con.execute("CREATE SCHEMA raw")
     for name in REGISTRY:
-        _raw_view(con, name, files.files(name))
+        _raw_view(con, name, files.patterns(name))
     con.register("_steps", steps_table(files.trainer))
     con.execute("CREATE TABLE raw.consumed AS SELECT * FROM _steps")
     con.unregister("_steps")

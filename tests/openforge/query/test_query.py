@@ -227,6 +227,22 @@ def test_a_view_without_records_exists_with_the_same_columns(
     assert _count(partial, "completions") > 0 and _count(partial, "episodes") == 0
 
 
+def test_an_open_connection_reads_files_written_later(archive: Archive) -> None:
+    con = open_views(archive.root)
+    before = _count(con, "completions")
+    ArchiveWriter(archive.root).write(
+        [r for r in make_rollout(9, "r9").records if isinstance(r, CompletionEvent)]
+    )
+    assert _count(con, "completions") > before
+
+
+def test_an_archive_path_with_glob_characters_is_read_as_it_is(tmp_path: Path) -> None:
+    archive = write_archive(tmp_path / "run[1]*", seeds=[4])
+    con = open_views(archive.root)
+    assert _count(con, "completions") == len(archive.completions())
+    assert _count(con, "episodes") == 1
+
+
 def test_every_column_of_every_view_is_documented() -> None:
     con = connect(RunFiles())
     for view in VIEWS:
@@ -328,6 +344,14 @@ def test_csv_json_and_parquet_output(archive: Archive, tmp_path: Path) -> None:
     table = runner.invoke(app, [*base, "--max-rows", "2"])
     assert table.exit_code == 0 and expected[1] in table.stdout
     assert expected[2] not in table.stdout and "showing the first 2 rows" in table.stdout
+
+    markup = runner.invoke(app, ["query", "SELECT '[/x]' AS v", "--archive", str(archive.root)])
+    assert markup.exit_code == 0 and "[/x]" in markup.stdout  # data, not rich markup
+
+    nowhere = tmp_path / "missing" / "out.csv"
+    for fmt in ("csv", "parquet"):
+        failed = runner.invoke(app, [*base, "--format", fmt, "--out", str(nowhere)])
+        assert failed.exit_code == 2 and "pass a writable file" in failed.stderr, failed.output
 
 
 def test_views_lists_every_view_and_its_columns() -> None:
