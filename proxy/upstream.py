@@ -136,6 +136,16 @@ class CompletionsUpstream(Upstream):
         if self._session is not None:
             await self._session.close()
 
+    async def _post(self, body: dict[str, Any]) -> aiohttp.ClientResponse:
+        """Send the request; a pooled connection the upstream closed meanwhile (the request
+        could not be written, or the server hung up before answering) is retried once on a
+        new connection: nothing has reached the harness yet."""
+        url = f"{self.base_url}/v1/completions"
+        try:
+            return await self._client().post(url, json=body)
+        except (aiohttp.ClientOSError, aiohttp.ServerDisconnectedError):
+            return await self._client().post(url, json=body)
+
     async def generate(
         self, prompt: list[int], sampling: SamplingParams, max_tokens: int
     ) -> AsyncGenerator[Chunk, None]:
@@ -149,7 +159,7 @@ class CompletionsUpstream(Upstream):
             **_sampling_fields(sampling, max_tokens),
         }
         try:
-            async with self._client().post(f"{self.base_url}/v1/completions", json=body) as resp:
+            async with await self._post(body) as resp:
                 if resp.status >= 400:
                     raise _upstream_error(
                         resp.status, await resp.text(), resp.headers.get("retry-after")
@@ -186,10 +196,18 @@ def _completion_chunks(event: dict[str, Any]) -> list[Chunk]:
                 502, "upstream returned no token ids: it must support return_token_ids (vLLM does)"
             )
         lps = (choice.get("logprobs") or {}).get("token_logprobs") or []
+        if len(lps) != len(ids) or any(x is None for x in lps):
+            raise ProxyError(  # a guessed logprob would corrupt the off-policy correction
+                502,
+                f"upstream returned {len(ids)} token ids but logprobs for "
+                f"{sum(x is not None for x in lps)}: it must return a logprob per generated "
+                "token (vLLM does with logprobs=0)",
+                code="upstream_no_logprobs",
+            )
         out.append(
             Chunk(
                 token_ids=list(ids),
-                logprobs=[float(x) if x is not None else 0.0 for x in lps],
+                logprobs=[float(x) for x in lps],
                 text=choice.get("text") or "",
                 finish_reason=choice.get("finish_reason"),
             )
@@ -228,6 +246,13 @@ class GenerateUpstream(_HTTPUpstream):
         content = (choice.get("logprobs") or {}).get("content") or []
         versions = choice.get("weight_versions") or []  # vLLM's name for policy versions
         version = versions[0].get("version") if versions else None
+        if len(content) != len(ids) or any(c.get("logprob") is None for c in content):
+            raise ProxyError(
+                502,
+                f"upstream returned {len(ids)} token ids but {len(content)} logprobs: it must "
+                "return a logprob per generated token (vLLM does with logprobs=0)",
+                code="upstream_no_logprobs",
+            )
         yield Chunk(
             token_ids=ids,
             logprobs=[float(c["logprob"]) for c in content],
