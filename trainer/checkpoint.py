@@ -76,3 +76,46 @@ def load_latest(root: Path, backend: TrainerBackend) -> TrainerState | None:
     backend.load(directory)
     data = json.loads((directory / "state.json").read_text())
     return TrainerState(int(data["step"]), int(data["policy_version"]), set(data["seen"]))
+
+
+class PolicyVersions:
+    """The policy versions handed to vLLM, one JSON line each (``versions.jsonl``), written and
+    fsynced *before* the swap. A version is never reused: after a crash between a swap and the
+    checkpoint, vLLM may serve weights the checkpoint does not have, so a resumed trainer goes
+    on from the highest version ever handed out, not the checkpoint's."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def high_water(self) -> int:
+        if not self.path.exists():
+            return 0
+        versions = [
+            int(json.loads(line)["version"])
+            for line in self.path.read_text().splitlines()
+            if line.strip()
+        ]
+        return max(versions, default=0)
+
+    def reserve(self, step: int, after: int) -> int:
+        """The next version (above ``after`` and every one handed out), recorded durably."""
+        version = max(after, self.high_water()) + 1
+        with open(self.path, "a") as f:
+            f.write(json.dumps({"version": version, "step": step}) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        return version
+
+
+def truncate_ledger(path: Path, step: int) -> int:
+    """Keep the lines of the consumed-episodes ledger up to ``step`` (the checkpoint resumed
+    from): updates after it were lost with the crash and are made again. Returns lines dropped."""
+    if not path.exists():
+        return 0
+    lines = [line for line in path.read_text().splitlines() if line.strip()]
+    kept = [line for line in lines if int(json.loads(line)["step"]) <= step]
+    if len(kept) != len(lines):
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text("".join(line + "\n" for line in kept))
+        tmp.replace(path)
+    return len(lines) - len(kept)

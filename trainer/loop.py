@@ -6,6 +6,7 @@ summary = train(TrainerConfig(episodes="local:events", model_dir=..., out_dir=..
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -13,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from infra import failpoints
 from trainer import checkpoint
 from trainer.algorithms import AlgorithmConfig
 from trainer.backends import BACKENDS, BackendName, make_backend
@@ -22,6 +24,8 @@ from trainer.metrics_log import MetricsLog
 from trainer.ranks import Ranks
 from trainer.stream import EpisodeSource, EpisodeStream, StreamConfig, policy_lag
 from trainer.weight_sync import WeightSync
+
+logger = logging.getLogger("openforge.trainer")
 
 
 @dataclass
@@ -79,6 +83,13 @@ def train(cfg: TrainerConfig) -> dict[str, Any]:
     source = EpisodeSource(cfg.episodes, group=cfg.group)
     stream = EpisodeStream(source, cfg.stream, seen=state.seen)
     log = MetricsLog(cfg.out_dir)
+    versions = checkpoint.PolicyVersions(cfg.out_dir / "versions.jsonl")
+    state.policy_version = max(state.policy_version, versions.high_water())
+    redone = checkpoint.truncate_ledger(cfg.out_dir / "consumed.jsonl", state.step)
+    if redone:
+        logger.warning(
+            "resuming at step %d: %d updates after it are made again", state.step, redone
+        )
     consumed = open(cfg.out_dir / "consumed.jsonl", "a")  # noqa: SIM115 - closed below
     last_batch = time.monotonic()
     try:
@@ -93,6 +104,7 @@ def train(cfg: TrainerConfig) -> dict[str, Any]:
                 continue
             last_batch = time.monotonic()
             stream.trained(episodes)
+            failpoints.hit("trainer.before_update", state.step + 1)
             t0 = time.perf_counter()
             metrics = backend.train_step(to_batch(episodes), cfg.algo)
             metrics["time/step_s"] = time.perf_counter() - t0
@@ -109,13 +121,16 @@ def train(cfg: TrainerConfig) -> dict[str, Any]:
                     "stream/stale_dropped": stream.stats.stale_dropped,
                     "stream/stale_kept": stream.stats.stale_kept,
                     "stream/not_trained_task": stream.stats.not_trained_task,
+                    "stream/partial_groups": stream.stats.partial_groups,
+                    "stream/timed_out_alone": stream.stats.timed_out_alone,
                     "data/episodes": len(episodes),
                 }
             )
             if cfg.sync is not None and state.step % cfg.sync_every == 0:
                 exported = backend.export_for_inference(_export_dir(cfg, state))
-                state.policy_version += 1
+                state.policy_version = versions.reserve(state.step, state.policy_version)
                 metrics["sync/seconds"] = cfg.sync.swap(exported, state.policy_version)
+                failpoints.hit("trainer.after_swap", state.step)
             metrics["policy/version"] = state.policy_version
             consumed.write(
                 json.dumps({"step": state.step, "episodes": [e.episode_id for e in episodes]})
@@ -128,6 +143,7 @@ def train(cfg: TrainerConfig) -> dict[str, Any]:
             if state.step % cfg.checkpoint_every == 0:
                 state.seen = stream.done_ids()
                 checkpoint.save(ckpt_dir, backend, state, ranks)
+                failpoints.hit("trainer.after_checkpoint", state.step)
                 stream.commit()
         state.seen = stream.done_ids()
         checkpoint.save(ckpt_dir, backend, state, ranks)

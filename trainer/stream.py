@@ -8,6 +8,7 @@ batches by token budget. Every decision is counted, nothing is dropped silently.
 
 from __future__ import annotations
 
+import time
 from collections import Counter, defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -42,6 +43,10 @@ class StreamConfig:
         still caps it), so an update consumes what one round of rollouts produced.
     task_ids: when set, only episodes of these tasks are trained on; others (a held-out split
         evaluated through the same proxy) are counted as ``not_trained_task`` and skipped.
+    group_timeout_s: a group still short of ``group_size`` this long after its first episode
+        (a rollout of it was dead-lettered) is released: trained as a smaller group if it has
+        two or more episodes (``partial_groups``), else counted as ``timed_out_alone``; either
+        way it stops holding back the committed stream position. None: wait forever.
     """
 
     group_size: int = 4
@@ -50,11 +55,16 @@ class StreamConfig:
     stale: StalePolicy = StalePolicy.DROP
     groups_per_batch: int | None = None
     task_ids: frozenset[str] | None = None
+    group_timeout_s: float | None = 600.0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "stale", choose(StalePolicy, self.stale, "stale policy"))
         if self.groups_per_batch is not None and self.groups_per_batch < 1:
             raise ConfigError(f"groups_per_batch must be at least 1, not {self.groups_per_batch}")
+        if self.group_timeout_s is not None and self.group_timeout_s <= 0:
+            raise ConfigError(
+                f"group_timeout_s must be positive (or None to wait), not {self.group_timeout_s}"
+            )
 
 
 @dataclass
@@ -66,6 +76,8 @@ class StreamStats:
     stale_kept: int = 0
     empty: int = 0
     not_trained_task: int = 0
+    partial_groups: int = 0  # groups released short by group_timeout_s, trained on
+    timed_out_alone: int = 0  # episodes released alone by group_timeout_s, not trained on
     by_reason: Counter[str] = field(default_factory=Counter)
 
 
@@ -125,6 +137,7 @@ class EpisodeStream:
         self.seen: set[str] = set(seen or ())
         self.stats = StreamStats()
         self._groups: dict[str, list[Episode]] = defaultdict(list)
+        self._opened: dict[str, float] = {}  # group -> time.monotonic() of its first episode
         self._ready: list[list[Episode]] = []
         self._positions: dict[str, Position] = {}  # admitted, not yet trained on
 
@@ -158,11 +171,14 @@ class EpisodeStream:
                 continue
             if position is not None:
                 self._positions[episode.episode_id] = position
-            group = self._groups[group_key(episode)]
+            key = group_key(episode)
+            group = self._groups[key]
             group.append(episode)
+            self._opened.setdefault(key, time.monotonic())
             if len(group) >= self.config.group_size:
                 self._ready.append(group[: self.config.group_size])
-                del self._groups[group_key(episode)]
+                del self._groups[key], self._opened[key]
+        self._release_timed_out()
         wanted = self.config.groups_per_batch
         if not self._ready or (wanted is not None and len(self._ready) < wanted):
             return None
@@ -176,6 +192,21 @@ class EpisodeStream:
             tokens += size
             groups += 1
         return batch
+
+    def _release_timed_out(self) -> None:
+        limit = self.config.group_timeout_s
+        if limit is None:
+            return
+        now = time.monotonic()
+        for key in [k for k, t in self._opened.items() if now - t >= limit]:
+            group = self._groups.pop(key)
+            del self._opened[key]
+            if len(group) >= 2:
+                self.stats.partial_groups += 1
+                self._ready.append(group)
+            else:
+                self.stats.timed_out_alone += len(group)
+                self.trained(group)  # released: no longer holds back the committed position
 
     def pending(self) -> int:
         return sum(len(g) for g in self._groups.values()) + sum(len(g) for g in self._ready)

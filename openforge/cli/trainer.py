@@ -44,6 +44,10 @@ def run(
     token_budget: Annotated[int, typer.Option(help="Tokens per batch.")] = 16384,
     max_staleness: Annotated[int, typer.Option(help="Admitted policy-version lag.")] = 4,
     stale: Annotated[str, typer.Option(help="Beyond it: drop or keep (counted).")] = "drop",
+    group_timeout: Annotated[
+        float | None,
+        typer.Option(help="Release a group still incomplete after this long (s); 0: never."),
+    ] = 600.0,
     steps: Annotated[int | None, typer.Option(help="Stop after this many updates.")] = None,
     idle_timeout: Annotated[
         float | None, typer.Option(help="Stop when idle this long (s).")
@@ -81,7 +85,11 @@ def run(
                 rollout_rs=rollout_rs,
             ),
             stream=StreamConfig(
-                group_size, token_budget, max_staleness, choose(StalePolicy, stale, "stale policy")
+                group_size,
+                token_budget,
+                max_staleness,
+                choose(StalePolicy, stale, "stale policy"),
+                group_timeout_s=group_timeout or None,
             ),
             steps=steps,
             idle_timeout=idle_timeout,

@@ -66,3 +66,34 @@ def test_only_training_tasks_are_trained_on(tmp_path: Path) -> None:
 def test_groups_per_batch_must_be_positive() -> None:
     with pytest.raises(ConfigError, match="groups_per_batch"):
         StreamConfig(groups_per_batch=0)
+
+
+def test_an_incomplete_group_times_out_and_stops_holding_back_the_position(
+    tmp_path: Path,
+) -> None:
+    """Three of a group of four arrive (the fourth rollout was dead-lettered), and one episode
+    of another group: after ``group_timeout_s`` the three are trained as a smaller group, the
+    lone one is counted, and the committed position moves past all of them."""
+    import time
+
+    url = f"local:{tmp_path / 'log'}"
+    _write(url, [_episode(i, "a", "ga") for i in range(3)] + [_episode(3, "b", "gb")])
+    config = StreamConfig(group_size=4, group_timeout_s=0.5)
+    stream = EpisodeStream(EpisodeSource(url, "g"), config)
+    assert stream.next_batch(0, timeout=0.2) is None  # both groups wait
+    stream.commit()
+    again = EpisodeStream(EpisodeSource(url, "g"), config)  # the position is pinned: all of
+    assert again.next_batch(0, timeout=0.2) is None and again.pending() == 4  # them again
+    time.sleep(0.6)
+    batch = stream.next_batch(0, timeout=0.2)
+    assert batch is not None and sorted(e.episode_id for e in batch) == ["ep000", "ep001", "ep002"]
+    assert (stream.stats.partial_groups, stream.stats.timed_out_alone) == (1, 1)
+    stream.trained(batch)
+    stream.commit()
+    after = EpisodeStream(EpisodeSource(url, "g"), config)
+    assert after.next_batch(0, timeout=0.2) is None and after.pending() == 0  # released
+
+
+def test_group_timeout_must_be_positive() -> None:
+    with pytest.raises(ConfigError, match="group_timeout_s"):
+        StreamConfig(group_timeout_s=0)
