@@ -1,4 +1,10 @@
-"""Writing episodes: to an event-log topic (Kafka or local) and to the Parquet archive."""
+"""Writing episodes: to an event-log topic (Kafka or local) and to the Parquet archive.
+
+Writing to a topic is idempotent across restarts: a streaming job started again on the same log
+reads the events from the start and rebuilds the same episodes (same ids, same contents), and
+the sink writes only those the topic does not hold yet (``already_written`` counts the others).
+An episode that supersedes a dead letter (same id, now complete) differs, and is written.
+"""
 
 from __future__ import annotations
 
@@ -9,25 +15,60 @@ from typing import Any
 import apache_beam as beam
 from apache_beam.metrics.metric import Metrics
 
-from infra.eventlog import EPISODES_TOPIC, EventLogWriter, open_writer
+from infra.eventlog import EPISODES_TOPIC, EventLogWriter, open_reader, open_writer
 from schemas.archive import ArchiveWriter
-from schemas.codec import encode_message
+from schemas.codec import decode_message, encode_message
 from schemas.episode import Episode
+from schemas.errors import EventLogError
+
+Fingerprint = tuple[str, str | None, float | None, tuple[str, ...]]
+
+
+def fingerprint(episode: Episode) -> Fingerprint:
+    """What makes two writes of an episode the same (its build time aside)."""
+    return (episode.episode_id, episode.dead_letter, episode.reward, tuple(sorted(episode.lineage)))
+
+
+def written(url: str, topic: str) -> set[Fingerprint]:
+    """Fingerprints of the episodes already in ``topic`` (none if it does not exist yet)."""
+    out: set[Fingerprint] = set()
+    with open_reader(url) as reader:
+        try:
+            partitions = reader.partitions(topic, timeout=2.0)
+        except EventLogError:
+            return out  # not created yet: nothing written
+        for partition in partitions:
+            offset, end = 0, reader.end_offset(topic, partition)
+            while offset < end:
+                batch = reader.read(topic, partition, offset, 1000, timeout=1.0)
+                for record in batch.records:
+                    for episode in decode_message(record.value):
+                        if isinstance(episode, Episode):
+                            out.add(fingerprint(episode))
+                offset = batch.next_offset
+    return out
 
 
 class _WriteEpisodesFn(beam.DoFn):
     def __init__(self, url: str | None, topic: str, archive: str | None) -> None:
         self.url, self.topic, self.archive = url, topic, archive
         self.written = Metrics.counter("openforge.pipeline", f"written_{topic}")
+        self.skipped = Metrics.counter("openforge.pipeline", "already_written")
 
     def setup(self) -> None:
         self._writer: EventLogWriter | None = open_writer(self.url) if self.url else None
         self._archive = ArchiveWriter(Path(self.archive)) if self.archive else None
+        self._done: set[Fingerprint] = written(self.url, self.topic) if self.url else set()
 
     def start_bundle(self) -> None:
         self._buffer: list[Episode] = []
 
     def process(self, episode: Episode) -> Iterator[Episode]:
+        mark = fingerprint(episode)
+        if mark in self._done:  # written by an earlier run of the job on this log
+            self.skipped.inc()
+            return
+        self._done.add(mark)
         if self._writer is not None:
             self._writer.append(
                 self.topic, episode.rollout_id.encode(), encode_message([episode], compress=True)
