@@ -95,7 +95,7 @@ def run_one(config: Path, out: Path, overrides: list[str]) -> dict[str, object]:
     wall = time.monotonic() - t0
     if done.returncode != 0:
         raise SystemExit(f"{' '.join(argv)} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
-    summary = json.loads((out / "summary.json").read_text())
+    summary: dict[str, object] = json.loads((out / "summary.json").read_text())
     summary["wall_s"] = round(wall, 1)
     summary["versions_stamped"] = sorted(_versions_stamped(out))
     return summary

@@ -21,7 +21,7 @@ from openforge.testing.episodes import fixed_episodes
 from trainer.algorithms import AlgorithmConfig
 from trainer.backends.cpu import CPUBackend
 from trainer.batch import to_batch
-from trainer.weight_sync import WeightSync
+from trainer.weight_sync import SyncMode, WeightSync
 
 
 def main() -> None:
@@ -39,9 +39,9 @@ def main() -> None:
         times: dict[str, list[float]] = {"lora": [], "full": []}
         for i in range(args.swaps):  # interleaved, so drift hits both alike
             for mode in ("lora", "full"):
-                sync = WeightSync(v.base_url, lora_name="policy", mode=mode)
+                sync = WeightSync(v.base_url, lora_name="policy", mode=SyncMode(mode))
                 times[mode].append(sync.swap(exports[mode], policy_version=i + 1))
-        WeightSync(v.base_url, mode="full").load_full(model)
+        WeightSync(v.base_url, mode=SyncMode.FULL).load_full(model)
     for mode, values in times.items():
         print(f"{mode}: median {statistics.median(values):.3f} s, max {max(values):.3f} s")
     ratio = statistics.median(times["full"]) / statistics.median(times["lora"])
