@@ -47,6 +47,10 @@ DEAD_LETTER = "dead_letter"
 EMITTED, CLOSED = "emitted", "closed"
 
 
+def _queued(record: Record) -> bool:
+    return isinstance(record, RolloutEvent) and record.phase is RolloutPhase.QUEUED
+
+
 class _AssembleFn(beam.DoFn):
     FRAMES = BagStateSpec("frames", BytesCoder())
     FINISHED = ReadModifyWriteStateSpec("finished", BooleanCoder())
@@ -137,8 +141,9 @@ class _AssembleFn(beam.DoFn):
         if has_reward:
             rewarded.write(True)
         micros = max(int(latest.read() or 0), timestamp.micros)
-        latest.write(str(micros))
-        deadline.set(Timestamp(micros=micros) + self.lateness)  # reopened ones get one too
+        if any(not _queued(r) for r in records):  # the deadline runs once the rollout began:
+            latest.write(str(micros))  # a rollout may wait in the queue for a slot any time
+            deadline.set(Timestamp(micros=micros) + self.lateness)  # reopened ones too
         if finished.read() and rewarded.read():
             if self.emit_at_once:  # the runner delivers the log in order (see AssembleEpisodes)
                 yield from self._settle(rollout_id, frames, status, damaged)

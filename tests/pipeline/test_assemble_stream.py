@@ -214,3 +214,28 @@ def test_a_rollout_waits_for_a_call_it_extends_and_poison_stops_only_its_rollout
             ),
             label="dead letters",
         )
+
+
+def test_a_rollout_queued_longer_than_the_lateness_still_gets_its_episode() -> None:
+    """The orchestrator records ``queued`` before a concurrency slot frees; the deadline runs
+    from the rollout's first event after that, not from the queue."""
+    from schemas.enums import RolloutPhase
+
+    waited = make_rollout(12, "waited", calls=3)
+    queued = RolloutEvent("waited-queued", "waited", RolloutPhase.QUEUED, 0, task_id="task")
+    stream = (
+        ScriptedStream()
+        .advance_watermark_to(0)
+        .add_elements(_frames([queued], 1))
+        .advance_watermark_to(300)  # three times the lateness in the queue
+        .add_elements(_frames(waited.records, 301))
+        .advance_watermark_to(1000)
+    )
+    with _pipeline() as p:
+        out = p | stream | AssembleEpisodes(allowed_lateness_s=LATENESS)
+        assert_that(
+            out.episodes | "main" >> beam.Map(_summary),
+            equal_to([_expected(waited)]),
+            label="episodes",
+        )
+        assert_that(out[DEAD_LETTER] | "dead" >> beam.Map(_summary), equal_to([]), label="dead")
