@@ -86,24 +86,28 @@ class PolicyVersions:
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        self._high = 0
+        if path.exists():  # read once: afterwards this process is the only writer
+            self._high = max(
+                (
+                    int(json.loads(line)["version"])
+                    for line in path.read_text().splitlines()
+                    if line.strip()
+                ),
+                default=0,
+            )
 
     def high_water(self) -> int:
-        if not self.path.exists():
-            return 0
-        versions = [
-            int(json.loads(line)["version"])
-            for line in self.path.read_text().splitlines()
-            if line.strip()
-        ]
-        return max(versions, default=0)
+        return self._high
 
     def reserve(self, step: int, after: int) -> int:
         """The next version (above ``after`` and every one handed out), recorded durably."""
-        version = max(after, self.high_water()) + 1
+        version = max(after, self._high) + 1
         with open(self.path, "a") as f:
             f.write(json.dumps({"version": version, "step": step}) + "\n")
             f.flush()
             os.fsync(f.fileno())
+        self._high = version
         return version
 
 
