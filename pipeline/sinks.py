@@ -29,14 +29,14 @@ def fingerprint(episode: Episode) -> Fingerprint:
     return (episode.episode_id, episode.dead_letter, episode.reward, tuple(sorted(episode.lineage)))
 
 
-def written(url: str, topic: str) -> set[Fingerprint]:
-    """Fingerprints of the episodes already in ``topic`` (none if it does not exist yet)."""
-    out: set[Fingerprint] = set()
+def episodes_in(url: str, topic: str) -> Iterator[Episode]:
+    """Every episode in ``topic`` of the event log at ``url``, in log order (none if the topic
+    does not exist yet); reads by offset, moving no consumer group."""
     with open_reader(url) as reader:
         try:
             partitions = reader.partitions(topic, timeout=2.0)
         except EventLogError:
-            return out  # not created yet: nothing written
+            return  # not created yet: nothing written
         for partition in partitions:
             offset, end = 0, reader.end_offset(topic, partition)
             while offset < end:
@@ -44,9 +44,13 @@ def written(url: str, topic: str) -> set[Fingerprint]:
                 for record in batch.records:
                     for episode in decode_message(record.value):
                         if isinstance(episode, Episode):
-                            out.add(fingerprint(episode))
+                            yield episode
                 offset = batch.next_offset
-    return out
+
+
+def written(url: str, topic: str) -> set[Fingerprint]:
+    """Fingerprints of the episodes already in ``topic``."""
+    return {fingerprint(e) for e in episodes_in(url, topic)}
 
 
 class _WriteEpisodesFn(beam.DoFn):

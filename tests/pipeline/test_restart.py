@@ -11,11 +11,12 @@ import sys
 import time
 from pathlib import Path
 
-from infra.eventlog import DEAD_LETTER_TOPIC, EPISODES_TOPIC, EVENTS_TOPIC, open_reader, open_writer
+from infra.eventlog import DEAD_LETTER_TOPIC, EPISODES_TOPIC, EVENTS_TOPIC, open_writer
 from infra.local.process import ServiceProcess
 from openforge.testing.rollouts import Rollout, make_rollout
 from pipeline.assembly import assemble
-from schemas.codec import decode_message, encode_message
+from pipeline.sinks import episodes_in
+from schemas.codec import encode_message
 from schemas.episode import Episode
 
 
@@ -27,15 +28,7 @@ def _append(url: str, rollouts: list[Rollout]) -> None:
 
 
 def _episodes(url: str, topic: str) -> list[Episode]:
-    with open_reader(url) as reader:
-        end = reader.end_offset(topic, 0)
-        out: list[Episode] = []
-        offset = 0
-        while offset < end:
-            batch = reader.read(topic, 0, offset, 1000)
-            out += [e for rec in batch.records for e in decode_message(rec.value)]  # type: ignore[misc]
-            offset = batch.next_offset
-    return out
+    return list(episodes_in(url, topic))
 
 
 def _job(url: str, tmp: Path, name: str, *extra: str) -> ServiceProcess:
