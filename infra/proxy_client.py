@@ -6,9 +6,10 @@
     admin.finish_rollout("ro-1", RolloutPhase.FINISHED, exit_code=0)
     admin.post_reward("ro-1", 1.0, components={"tests": 1.0}, verifier="pytest@1")
 
-The trainer uses ``pause`` / ``set_policy_version`` / ``resume`` around a weight swap. Every
-failure (unreachable proxy, an error answer) is a :class:`~schemas.errors.ServiceError` naming
-the route and the proxy's own message. The proxy's routes are documented in ``proxy/app.py``.
+The trainer uses ``pause`` (draining the calls in flight) / ``set_policy_version`` / ``resume``
+around a weight swap. Every failure (unreachable proxy, an error answer) is a
+:class:`~schemas.errors.ServiceError` naming the route and the proxy's own message. The proxy's
+routes are documented in ``proxy/app.py``.
 """
 
 from __future__ import annotations
@@ -47,10 +48,22 @@ class ProxyAdmin:
     def close(self) -> None:
         self._client.close()
 
-    def _call(self, method: str, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+    def _call(
+        self,
+        method: str,
+        path: str,
+        body: dict[str, Any] | None = None,
+        timeout: float | None = None,
+    ) -> dict[str, Any]:
         headers = {"authorization": f"Bearer {self.token}"} if self.token else {}
         try:
-            resp = self._client.request(method, f"{self.url}{path}", json=body, headers=headers)
+            resp = self._client.request(
+                method,
+                f"{self.url}{path}",
+                json=body,
+                headers=headers,
+                timeout=self.timeout if timeout is None else timeout,
+            )
         except httpx.HTTPError as exc:
             raise ServiceError(
                 f"cannot reach the proxy at {self.url} ({method} {path}): {exc!r}. "
@@ -164,15 +177,24 @@ class ProxyAdmin:
         """The policy version the proxy stamps on new tokens."""
         return int(self._call("GET", "/admin/policy")["version"])
 
-    def set_policy_version(self, version: int) -> None:
-        self._call("POST", "/admin/policy", {"version": version})
+    def set_policy_version(self, version: int) -> dict[str, Any]:
+        """Stamp ``version`` on the calls that start from now; returns the proxy's policy and
+        pause state (``version``, ``paused``, ``in_flight``, ...)."""
+        return self._call("POST", "/admin/policy", {"version": version})
 
-    def pause(self) -> None:
-        """Hold (or refuse, per the proxy's pause mode) new calls until :meth:`resume`."""
-        self._call("POST", "/admin/pause")
+    def pause(self, drain: float | None = None) -> dict[str, Any]:
+        """Hold (or refuse, per the proxy's pause mode) new calls until :meth:`resume`; returns
+        the pause state. With ``drain`` seconds, also wait (at most that long, and no longer
+        than the pause lasts) until no call is in flight: then the answer's ``in_flight`` is 0
+        and ``paused`` is true."""
+        if drain is None:
+            return self._call("POST", "/admin/pause")
+        return self._call(
+            "POST", "/admin/pause", {"drain_s": drain}, timeout=max(self.timeout, drain + 30.0)
+        )
 
-    def resume(self) -> None:
-        self._call("POST", "/admin/resume")
+    def resume(self) -> dict[str, Any]:
+        return self._call("POST", "/admin/resume")
 
     def health(self) -> dict[str, Any]:
         return self._call("GET", "/health")

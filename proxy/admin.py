@@ -9,7 +9,9 @@
     GET|POST /admin/policy                    read or set the policy version
     POST /admin/pause, /admin/resume          gate new calls during a weight swap; a pause
                                               ends by itself after ``{"timeout_s": N}`` or
-                                              the configured ``pause_timeout`` (and says so)
+                                              the configured ``pause_timeout`` (and says so);
+                                              ``{"drain_s": D}`` also waits for the calls in
+                                              flight to end (``in_flight`` 0 in the answer)
     GET  /health, /metrics                    /health is 503 while calls cannot be recorded
 
 ``/admin/*`` and rewards need the admin token (:mod:`proxy.credentials`); a rollout's own key
@@ -241,7 +243,10 @@ def _pause_state(state: ProxyState) -> dict[str, Any]:
 
 
 async def pause(state: ProxyState, request: Request) -> Response:
-    """Pause new calls; ``{"timeout_s": N}`` (default ``pause_timeout``) ends it by itself."""
+    """Pause new calls; ``{"timeout_s": N}`` (default ``pause_timeout``) ends it by itself.
+    ``{"drain_s": D}`` also waits, at most D seconds (and no longer than the pause lasts), until
+    no call is in flight: the answer's ``in_flight`` is 0 once every call admitted before the
+    pause has ended, and ``paused`` says the gate is still closed."""
     require_admin(state, request)
     body = await _optional_body(state, request)
     timeout = body.get("timeout_s", state.config.pause_timeout)
@@ -249,7 +254,12 @@ async def pause(state: ProxyState, request: Request) -> Response:
         raise ProxyError(
             400, "'timeout_s' must be seconds, above 0 and at most 86400", param="timeout_s"
         )
+    drain = body.get("drain_s")
+    if drain is not None and (not _finite_number(drain) or not 0 <= drain <= 86_400):
+        raise ProxyError(400, "'drain_s' must be seconds, from 0 to 86400", param="drain_s")
     state.pause(float(timeout))
+    if drain is not None:
+        await state.drain(float(drain))
     return JSONResponse(_pause_state(state))
 
 

@@ -14,7 +14,8 @@ by rollout key or, in open mode, by session identity):
     POST /admin/rollouts/{rollout_id}/phase            record queued / verified / infra_failed
     GET|POST /admin/policy                             read or set the policy version
     POST /admin/pause, /admin/resume                   gate new calls during a weight swap
-                                                       (a pause ends by itself after a timeout)
+                                                       (a pause ends by itself after a timeout;
+                                                       it can wait for the calls in flight)
     GET  /health, /metrics
 
 Handlers live in :mod:`proxy.calls`, :mod:`proxy.model_info` and :mod:`proxy.admin`. Every

@@ -40,12 +40,14 @@ class ProxyState:
     message_limit: int | None = None  # the event log's largest message (None: no limit)
     auto_resumes: int = 0  # pauses that ended by their timeout
     _pause_timer: asyncio.TimerHandle | None = field(default=None, init=False, repr=False)
+    _idle: asyncio.Event = field(default_factory=asyncio.Event, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.rollouts = RolloutRegistry(self.config.finished_rollouts)
         self.policy_version = self.config.policy_version
         self.metrics.policy_version.set(self.policy_version)
         self.resume.set()
+        self._idle.set()  # set exactly while no call is in flight
 
     @property
     def body_limit(self) -> int:
@@ -110,6 +112,20 @@ class ProxyState:
             return None
         left = self._pause_timer.when() - asyncio.get_running_loop().time()
         return round(max(0.0, left), 3)  # milliseconds: the loop's clock sum is not exact
+
+    async def drain(self, timeout: float) -> bool:
+        """While paused, wait until no call is in flight: True once none is, False after
+        ``timeout`` seconds, or when the pause ends first (by its own timeout). Calls held at
+        the gate are not in flight, and none is admitted while the pause lasts, so True means
+        every call admitted before the pause has ended (and been recorded)."""
+        left = self.resumes_in()
+        if left is None:
+            return self.in_flight == 0
+        try:
+            await asyncio.wait_for(self._idle.wait(), min(timeout, left))
+        except TimeoutError:
+            return False
+        return self.paused
 
     def start_rollout(self, rollout_id: str, *, mint_key: bool, **fields: object) -> Rollout:
         """Register a rollout and publish its ``started`` RolloutEvent."""
@@ -204,9 +220,12 @@ class ProxyState:
                 code="concurrency_limit",
             )
         self.in_flight += 1
+        self._idle.clear()
         self.metrics.in_flight.inc()
 
     def release(self) -> None:
         """Give back the concurrency slot :meth:`admit` took."""
         self.in_flight -= 1
+        if self.in_flight == 0:
+            self._idle.set()
         self.metrics.in_flight.dec()

@@ -1,15 +1,36 @@
-"""Hand new weights to vLLM without aborting in-flight requests, then bump the policy version.
+"""Hand new weights to vLLM, then bump the policy version: every token of a call the proxy
+records comes from the policy version stamped on that call.
 
-Two ways, one order. First gate the proxy (new requests wait, or get 429 with Retry-After: the
-proxy's setting); then
+The proxy stamps a call with the policy version when the call starts. vLLM does not keep a
+running request on the weights it started with. An in-place LoRA reload (``load_inplace``)
+keeps the adapter's id, and at every step each worker re-applies, per adapter id, the request
+for it that joined the batch last (and, as vLLM keeps ``load_inplace`` on it, re-reads it from
+that one's path: ``add_adapter`` in vLLM's ``lora/worker_manager.py``): once a call started
+after the reload joins the batch, the calls still running from before decode on the new adapter
+too. A full reload changes every weight. So a swap never changes weights under a call in flight:
 
-- ``lora``: hot-load the adapter in place (``/v1/load_lora_adapter`` with ``load_inplace``):
-  requests already running finish on the weights they started with;
-- ``full``: drain vLLM (``/pause?mode=wait``: running requests finish, none is aborted), reload
-  every weight in place from the exported directory (``/collective_rpc`` ``reload_weights``), and
-  resume it. Needs vLLM's RL/dev endpoints (``VLLM_SERVER_DEV_MODE=1``; bind it to loopback);
+1. gate and drain the proxy: new calls wait (or get 429 with Retry-After: the proxy's setting),
+   and the swap waits, at most ``drain_timeout`` seconds, until every call admitted before the
+   gate has ended and been recorded (``POST /admin/pause`` with ``drain_s``). If one is still
+   running then, the weights are left as they were: :class:`ServiceError`;
+2. change the weights:
 
-then set the proxy's policy version and open the gate. Each swap returns the seconds it took.
+   - ``lora``: hot-load the adapter in place (``/v1/load_lora_adapter`` with ``load_inplace``).
+     Export each version to a new directory: vLLM keys its prefix cache by the adapter's path,
+     so blocks computed with the old weights could be reused after a reload from the same path;
+   - ``full``: drain vLLM as well (``/pause?mode=wait``: running requests, also those that did
+     not come through the proxy, finish; none is aborted), reload every weight in place from
+     the exported directory (``/collective_rpc`` ``reload_weights``), and resume it. Needs
+     vLLM's RL/dev endpoints (``VLLM_SERVER_DEV_MODE=1``; bind it to loopback);
+
+3. set the proxy's policy version and open the gate: calls admitted from then on carry the new
+   version and reach vLLM once the new weights are in place.
+
+If the proxy's pause ran out (its ``pause_timeout``) before step 3, calls may have started in
+between with the old version on the new weights: the swap opens the gate and raises
+:class:`ServiceError` saying so. Without a proxy (``proxy_url`` None) nothing is gated or
+stamped, and in ``lora`` mode a request sent straight to vLLM may see the weights change
+mid-generation. Each swap returns the seconds it took, the drain included.
 """
 
 from __future__ import annotations
@@ -42,6 +63,7 @@ class WeightSync:
     admin_token: str | None = None
     timeout: float = 120.0
     mode: SyncMode = SyncMode.LORA
+    drain_timeout: float = 120.0  # seconds a swap waits for the proxy's calls in flight to end
     _proxy: ProxyAdmin | None = field(init=False, repr=False, default=None)
 
     def __post_init__(self) -> None:
@@ -80,19 +102,43 @@ class WeightSync:
             self._vllm("/resume", hint)
 
     def swap(self, weights: Path, policy_version: int) -> float:
-        """Serve ``weights`` (an adapter or a full model, per ``mode``) as ``policy_version``;
-        returns the seconds taken."""
+        """Serve ``weights`` (an adapter or a full model, per ``mode``) as ``policy_version``,
+        once the proxy's calls in flight have ended; returns the seconds taken."""
         t0 = time.perf_counter()
-        if self._proxy is not None:
-            self._proxy.pause()
+        if self._proxy is None:
+            self._change(weights)
+            return time.perf_counter() - t0
+        gate = self._proxy.pause(drain=self.drain_timeout)
         try:
-            if self.mode is SyncMode.FULL:
-                self.load_full(weights)
-            else:
-                self.load(weights)
-            if self._proxy is not None:
-                self._proxy.set_policy_version(policy_version)
+            if gate["in_flight"] or not gate["paused"]:
+                why = (
+                    f"{gate['in_flight']} calls were still in flight on the proxy "
+                    f"{self.drain_timeout:g} s after it was paused"
+                    if gate["paused"]
+                    else "the proxy's pause ended by its own timeout while the swap waited for "
+                    "its calls in flight"
+                )
+                raise ServiceError(
+                    f"{why}: the weights were not changed (policy version {policy_version} is "
+                    "not served), since every token of a call must come from the version "
+                    "stamped on it. Raise WeightSync.drain_timeout (and the proxy's "
+                    "pause_timeout), or bound calls with the proxy's max_tokens_cap."
+                )
+            self._change(weights)
+            state = self._proxy.set_policy_version(policy_version)
         finally:
-            if self._proxy is not None:
-                self._proxy.resume()
+            self._proxy.resume()
+        if not state["paused"]:
+            raise ServiceError(
+                f"the proxy's pause ended by its own timeout (pause_timeout) before weight swap "
+                f"to policy version {policy_version} was done: calls that started meanwhile may "
+                "carry the previous version on the new weights. Give the proxy a longer "
+                "pause_timeout."
+            )
         return time.perf_counter() - t0
+
+    def _change(self, weights: Path) -> None:
+        if self.mode is SyncMode.FULL:
+            self.load_full(weights)
+        else:
+            self.load(weights)

@@ -7,6 +7,7 @@ still running when the client hangs up), and once in front of real vLLM.
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -169,6 +170,48 @@ def test_a_call_refused_before_admission_holds_no_slot_and_records_nothing(
     assert _idle(proxy)
     (event,) = _events(proxy, rollout, 1)
     assert event.call_index == 0 and event.status is CompletionStatus.OK
+
+
+def test_a_draining_pause_answers_once_the_calls_in_flight_have_ended(
+    proxy: RunningProxy,
+) -> None:
+    """``POST /admin/pause`` with ``drain_s`` waits for the admitted calls (the weight swap's
+    guarantee: no call is in flight while the weights change), up to ``drain_s``."""
+    rollout = f"drain-{uuid.uuid4().hex[:6]}"
+    url = f"{proxy.url}/rollout/{rollout}/v1/chat/completions"
+    pause, admin = f"{proxy.url}/admin/pause", proxy.admin_headers
+    first, failures = threading.Event(), []
+
+    def call() -> None:
+        try:
+            with httpx.stream("POST", url, json={**CHAT, "stream": True}, timeout=60) as resp:
+                assert resp.status_code == 200
+                for _ in resp.iter_lines():
+                    first.set()
+        except BaseException as exc:  # re-raised in the test's thread
+            failures.append(exc)
+        finally:
+            first.set()
+
+    caller = threading.Thread(target=call, daemon=True)
+    caller.start()
+    try:
+        assert first.wait(30) and not failures  # in flight, at least 1 s (100 tokens, 10 ms)
+        short = httpx.post(pause, json={"drain_s": 0.05}, headers=admin, timeout=30).json()
+        assert short["paused"] and short["in_flight"] == 1  # not drained in time: says so
+        drained = httpx.post(pause, json={"drain_s": 30}, headers=admin, timeout=60).json()
+        answered_us = time.time_ns() // 1000
+        assert drained["paused"] and drained["in_flight"] == 0
+        for bad in (-1, "1", True):
+            resp = httpx.post(pause, json={"drain_s": bad}, headers=admin, timeout=30)
+            assert resp.status_code == 400 and resp.json()["error"]["param"] == "drain_s"
+    finally:
+        assert httpx.post(f"{proxy.url}/admin/resume", headers=admin).status_code == 200
+    caller.join(30)
+    assert not caller.is_alive() and not failures, failures
+    (event,) = _events(proxy, rollout, 1)
+    assert event.status is CompletionStatus.OK and len(event.completion_token_ids) == TOKENS
+    assert event.timings.done_us is not None and event.timings.done_us <= answered_us
 
 
 def test_client_disconnect_is_recorded_and_aborts_upstream(
