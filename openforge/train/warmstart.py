@@ -14,7 +14,8 @@ words, held-out words included: the warm start is the baseline the held-out eval
 against.
 
 The result is cached by what decides it (base model, recipe, settings), so reruns and resumed
-runs reuse it.
+runs reuse it; the first phase is cached on its own (``warm-exact-KEY``), so changing only the
+noisy phase's settings rebuilds in about a minute.
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ from __future__ import annotations
 import hashlib
 import json
 import random
-import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -133,18 +133,22 @@ def _vocabulary() -> list[str]:
     return corpus_words()
 
 
-def cache_key(base: Path, ws: WarmStartSection) -> str:
-    """What decides the warm-started model: the base's files, the recipe, its settings."""
+def cache_key(base: Path, ws: WarmStartSection, phase: int = 2) -> str:
+    """What decides the warm-started model: the base's files, the recipe, its settings.
+
+    ``phase=1`` keys the exact-demonstrator model alone (its settings without the noisy phase's),
+    so a change to ``noisy_steps`` or ``correct_fraction`` reuses it.
+    """
     from infra.tiny_model import directory_digest
 
-    blob = json.dumps(
-        {
-            "base": directory_digest(base),
-            "warm_start": {k: str(v) for k, v in vars(ws).items()},
-            "format": 2,
-        },
-        sort_keys=True,
-    )
+    settings = {k: str(v) for k, v in vars(ws).items()}
+    if phase == 1:
+        settings.pop("noisy_steps")
+        settings.pop("correct_fraction")
+    key: dict[str, Any] = {"base": directory_digest(base), "warm_start": settings, "format": 2}
+    if phase == 1:
+        key["phase"] = 1
+    blob = json.dumps(key, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
@@ -175,12 +179,16 @@ def warm_start(
         f"({len(data.words)} words; the second phase writes to the instructed file "
         f"{ws.correct_fraction:.0%} of the time); cached for later runs"
     )
-    exact = out.with_name(out.name + "-exact")
+    exact = cache / f"warm-exact-{cache_key(base, ws, phase=1)}"
     probe = random.Random(ws.seed).sample(data.words, min(16, len(data.words)))
     current = base
     for n, (fraction, steps, target) in enumerate(
         [(1.0, ws.steps, exact), (ws.correct_fraction, ws.noisy_steps, out)]
     ):
+        if n == 0 and (exact / "config.json").exists():
+            say(f"  SFT phase 1: reusing {exact}")
+            current = exact
+            continue
         data.correct_fraction = fraction
 
         def report(step: int, loss: float, total: int = steps, phase: int = n + 1) -> None:
@@ -196,5 +204,4 @@ def warm_start(
         current = fine_tune(
             current, target, data, cfg, on_step=report, done=copies if n == 0 else None
         )
-    shutil.rmtree(exact, ignore_errors=True)
     return out
