@@ -79,6 +79,23 @@ def prism_binary() -> Path:
     return path
 
 
+def k8s_dir() -> Path:
+    """The local Kubernetes control plane ``scripts/setup k8s`` built (``bin/`` with etcd,
+    kube-apiserver, kube-controller-manager, kube-scheduler and kwok; ``kwok-stages/``)."""
+    v = versions()
+    path = (
+        cache_dir()
+        / "k8s"
+        / (f"{v['K8S_VERSION']}-etcd-{v['ETCD_VERSION']}-kwok-{v['KWOK_VERSION']}")
+    )
+    if not (path / ".complete").exists():
+        raise SetupError(
+            f"the local Kubernetes control plane is not built at {path}: run `scripts/setup k8s` "
+            "(about 18 minutes the first time)."
+        )
+    return path
+
+
 def default_tiny_dir(seed: int = 0, context: int = 4096) -> Path:
     """Where the tiny model of ``seed`` with a ``context``-token window is built and cached
     (``openforge model build-tiny``); the same seed gives the same weights at any context."""

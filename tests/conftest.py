@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from infra.local.kafka import KafkaBroker
+from infra.local.kube import LocalKube
 from infra.local.process import kill_tagged, leftover_processes
 from infra.local.vllm import VLLMServer
 from infra.tiny_model import build_tiny_model
@@ -31,6 +32,13 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def kafka_broker() -> Iterator[KafkaBroker]:
     with KafkaBroker() as broker:
         yield broker
+
+
+@pytest.fixture(scope="session")
+def local_kube() -> Iterator[LocalKube]:
+    """A real control plane (etcd, API server, controller-manager, scheduler) with kwok nodes."""
+    with LocalKube() as kube:
+        yield kube
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,333 @@
+"""A throwaway Kubernetes control plane on free loopback ports: etcd, kube-apiserver,
+kube-controller-manager, kube-scheduler, and kwok playing the nodes.
+
+with LocalKube() as kube:
+    kube.kubeconfig                  # a kubeconfig file for the admin user
+    kube.api()                       # a kubernetes.client.ApiClient
+
+Built from Go modules by ``scripts/setup k8s`` (:func:`infra.paths.k8s_dir`). Every start has its
+own data directory, certificates (a CA, a separate front-proxy CA, a service-account key) and
+ports; :meth:`stop` stops every process and removes what it created. There is no kubelet and no
+container runtime: kwok drives pod phases from :mod:`infra.local.kwok_stages` (pods are scheduled
+by the real scheduler, owned objects are collected by the real controller-manager). A
+NetworkPolicy is stored and listed, not enforced (there is no network plugin).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import ssl
+import subprocess
+import tempfile
+import time
+import urllib.request
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from infra import paths
+from infra.local.kwok_stages import stages_yaml
+from infra.local.process import LocalService, ServiceProcess, free_port, tail
+from schemas.errors import ServiceError
+
+SERVICE_CIDR = "10.96.0.0/12"
+
+
+def _openssl(*args: str, cwd: Path) -> None:
+    if shutil.which("openssl") is None:
+        raise ServiceError("openssl not found on PATH: install it (apt-get install openssl)")
+    done = subprocess.run(["openssl", *args], cwd=cwd, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise ServiceError(f"openssl {args[0]} failed: {done.stderr.strip()[-500:]}")
+
+
+def _sign(pki: Path, name: str, subject: str, ext: str, ca: str = "ca") -> None:
+    _openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key",
+             "-out", f"{name}.csr", "-subj", subject, cwd=pki)  # fmt: skip
+    (pki / f"{name}.ext").write_text(ext + "\n")
+    _openssl("x509", "-req", "-in", f"{name}.csr", "-CA", f"{ca}.crt", "-CAkey", f"{ca}.key",
+             "-CAcreateserial", "-out", f"{name}.crt", "-days", "30",
+             "-extfile", f"{name}.ext", cwd=pki)  # fmt: skip
+
+
+def make_pki(pki: Path) -> None:
+    """A cluster CA with an apiserver and an admin certificate, a separate front-proxy CA (the
+    aggregation layer's, which must not be the client CA), and a service-account key pair."""
+    pki.mkdir(parents=True, exist_ok=True)
+    for ca, cn in (("ca", "openforge-local-ca"), ("front-proxy-ca", "front-proxy-ca")):
+        _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{ca}.key",
+                 "-out", f"{ca}.crt", "-days", "30", "-subj", f"/CN={cn}", cwd=pki)  # fmt: skip
+    sans = ",".join(
+        ["IP:127.0.0.1", "IP:10.96.0.1", "DNS:localhost", "DNS:kubernetes"]
+        + [f"DNS:kubernetes.default{s}" for s in ("", ".svc", ".svc.cluster.local")]
+    )
+    _sign(pki, "apiserver", "/CN=kube-apiserver",
+          f"subjectAltName={sans}\nextendedKeyUsage=serverAuth")  # fmt: skip
+    _sign(pki, "admin", "/O=system:masters/CN=admin", "extendedKeyUsage=clientAuth")
+    _sign(pki, "front-proxy-client", "/CN=front-proxy-client", "extendedKeyUsage=clientAuth",
+          ca="front-proxy-ca")  # fmt: skip
+    _openssl("genrsa", "-out", "sa.key", "2048", cwd=pki)
+    _openssl("rsa", "-in", "sa.key", "-pubout", "-out", "sa.pub", cwd=pki)
+
+
+class LocalKube(LocalService):
+    """Start (``__enter__``) and stop (``__exit__``) a local control plane.
+
+    Args:
+        root: where data, certificates, logs and the kubeconfig go; a fresh temporary dir by
+            default (removed on stop; a given one is kept).
+        nodes: fake nodes kwok manages (``kwok-node-0`` ...), each with ``node_pods`` pod slots,
+            32 CPUs and 256 GiB.
+        apiserver_args: extra kube-apiserver flags (e.g. ``--watch-cache=false``).
+        ready_timeout: seconds each component has to become ready.
+    """
+
+    description = "local Kubernetes control plane"
+
+    def __init__(
+        self,
+        root: Path | None = None,
+        nodes: int = 1,
+        node_pods: int = 1100,
+        apiserver_args: Sequence[str] = (),
+        ready_timeout: float = 60.0,
+    ) -> None:
+        self._own_root = root is None
+        self.root = Path(tempfile.mkdtemp(prefix="openforge-kube-")) if root is None else root
+        self.nodes, self.node_pods = nodes, node_pods
+        self.apiserver_args = list(apiserver_args)
+        self.ready_timeout = ready_timeout
+        self.etcd_port, self.api_port = free_port(), free_port()
+        self._processes: list[ServiceProcess] = []
+
+    # -- where things are ------------------------------------------------------------------
+    @property
+    def pki(self) -> Path:
+        return self.root / "pki"
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.root / "kubeconfig"
+
+    @property
+    def server(self) -> str:
+        return f"https://127.0.0.1:{self.api_port}"
+
+    @property
+    def etcd_url(self) -> str:
+        return f"http://127.0.0.1:{self.etcd_port}"
+
+    def api(self) -> Any:
+        """A ``kubernetes.client.ApiClient`` for the admin user."""
+        from kubernetes import client, config
+
+        cfg = client.Configuration()
+        config.load_kube_config(  # type: ignore[no-untyped-call]
+            config_file=str(self.kubeconfig), client_configuration=cfg
+        )
+        cfg.connection_pool_maxsize = 32
+        return client.ApiClient(cfg)
+
+    # -- lifecycle --------------------------------------------------------------------------
+    def start(self) -> None:
+        k8s = paths.k8s_dir()
+        bin_dir = k8s / "bin"
+        self.root.mkdir(parents=True, exist_ok=True)
+        (self.root / "logs").mkdir(exist_ok=True)
+        make_pki(self.pki)
+        self._write_kubeconfig()
+        try:
+            self._start_all(bin_dir, k8s / "kwok-stages")
+        except BaseException:
+            self.stop()
+            raise
+
+    def _write_kubeconfig(self) -> None:
+        p = self.pki
+        self.kubeconfig.write_text(
+            "apiVersion: v1\nkind: Config\n"
+            f"clusters:\n- name: local\n  cluster: {{server: '{self.server}', "
+            f"certificate-authority: '{p / 'ca.crt'}'}}\n"
+            f"users:\n- name: admin\n  user: {{client-certificate: '{p / 'admin.crt'}', "
+            f"client-key: '{p / 'admin.key'}'}}\n"
+            "contexts:\n- name: local\n  context: {cluster: local, user: admin}\n"
+            "current-context: local\n"
+        )
+
+    def _spawn(self, name: str, argv: list[str]) -> ServiceProcess:
+        proc = ServiceProcess(name, argv, self.root / "logs" / f"{name}.log")
+        proc.start()
+        self._processes.append(proc)
+        return proc
+
+    def _start_all(self, bin_dir: Path, upstream_stages: Path) -> None:
+        p, run = self.pki, self.root
+        peer = free_port()
+        etcd = self._spawn("etcd", [
+            str(bin_dir / "etcd"), "--name=local", f"--data-dir={run / 'etcd'}",
+            "--unsafe-no-fsync", f"--listen-client-urls={self.etcd_url}",
+            f"--advertise-client-urls={self.etcd_url}",
+            f"--listen-peer-urls=http://127.0.0.1:{peer}",
+            f"--initial-advertise-peer-urls=http://127.0.0.1:{peer}",
+            f"--initial-cluster=local=http://127.0.0.1:{peer}",
+            "--listen-metrics-urls=", "--log-level=warn",
+        ])  # fmt: skip
+        etcd.wait_ready(lambda: self._get(f"{self.etcd_url}/health"), self.ready_timeout)
+        api = self._spawn("kube-apiserver", [
+            str(bin_dir / "kube-apiserver"), f"--etcd-servers={self.etcd_url}",
+            "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
+            f"--secure-port={self.api_port}",
+            f"--tls-cert-file={p / 'apiserver.crt'}",
+            f"--tls-private-key-file={p / 'apiserver.key'}",
+            f"--client-ca-file={p / 'ca.crt'}",
+            "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+            f"--service-account-key-file={p / 'sa.pub'}",
+            f"--service-account-signing-key-file={p / 'sa.key'}",
+            f"--service-cluster-ip-range={SERVICE_CIDR}", "--authorization-mode=Node,RBAC",
+            "--endpoint-reconciler-type=none", "--profiling=false",
+            "--max-requests-inflight=2000", "--max-mutating-requests-inflight=1000",
+            f"--requestheader-client-ca-file={p / 'front-proxy-ca.crt'}",
+            "--requestheader-allowed-names=front-proxy-client",
+            "--requestheader-username-headers=X-Remote-User",
+            "--requestheader-group-headers=X-Remote-Group",
+            "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+            f"--proxy-client-cert-file={p / 'front-proxy-client.crt'}",
+            f"--proxy-client-key-file={p / 'front-proxy-client.key'}",
+            *self.apiserver_args,
+        ])  # fmt: skip
+        api.wait_ready(lambda: self._get(f"{self.server}/readyz", tls=True), self.ready_timeout)
+        common = [
+            f"--kubeconfig={self.kubeconfig}", f"--authentication-kubeconfig={self.kubeconfig}",
+            f"--authorization-kubeconfig={self.kubeconfig}", "--bind-address=127.0.0.1",
+            "--leader-elect=false", "--kube-api-qps=1000", "--kube-api-burst=1000",
+        ]  # fmt: skip
+        kcm_port, sched_port = free_port(), free_port()
+        kcm = self._spawn("kube-controller-manager", [
+            str(bin_dir / "kube-controller-manager"), *common, f"--secure-port={kcm_port}",
+            f"--root-ca-file={p / 'ca.crt'}", f"--service-account-private-key-file={p / 'sa.key'}",
+            f"--flex-volume-plugin-dir={run / 'flexvolume'}", f"--cert-dir={run / 'kcm-certs'}",
+            "--concurrent-gc-syncs=50",
+        ])  # fmt: skip
+        sched = self._spawn("kube-scheduler", [
+            str(bin_dir / "kube-scheduler"), *common, f"--secure-port={sched_port}",
+            f"--cert-dir={run / 'sched-certs'}",
+        ])  # fmt: skip
+        (run / "kwok.yaml").write_text(stages_yaml(upstream_stages))
+        kwok_port = free_port()
+        self._spawn("kwok", [
+            str(bin_dir / "kwok"), f"--kubeconfig={self.kubeconfig}",
+            f"--config={run / 'kwok.yaml'}",
+            "--manage-all-nodes=true", "--cidr=10.244.0.0/16", "--node-ip=127.0.0.1",
+            f"--node-port={kwok_port}", f"--server-address=127.0.0.1:{kwok_port}",
+            "--node-lease-duration-seconds=40",
+            f"--tls-cert-file={p / 'admin.crt'}", f"--tls-private-key-file={p / 'admin.key'}",
+        ])  # fmt: skip
+        kcm.wait_ready(lambda: self._get(f"https://127.0.0.1:{kcm_port}/healthz", tls=False),
+                       self.ready_timeout)  # fmt: skip
+        sched.wait_ready(
+            lambda: self._get(f"https://127.0.0.1:{sched_port}/healthz", tls=False),
+            self.ready_timeout,
+        )
+        for n in range(self.nodes):
+            self._create_node(f"kwok-node-{n}")
+        self._wait_nodes_ready()
+
+    def _ssl(self, tls: bool) -> ssl.SSLContext:
+        if not tls:  # a component's own self-signed serving certificate
+            ctx = ssl.create_default_context()
+            ctx.check_hostname = False
+            ctx.verify_mode = ssl.CERT_NONE
+            return ctx
+        ctx = ssl.create_default_context(cafile=str(self.pki / "ca.crt"))
+        ctx.load_cert_chain(str(self.pki / "admin.crt"), str(self.pki / "admin.key"))
+        return ctx
+
+    def _get(self, url: str, tls: bool | None = None) -> bool:
+        ctx = None if tls is None else self._ssl(tls)
+        with urllib.request.urlopen(url, timeout=2, context=ctx) as resp:
+            return bool(resp.status == 200)
+
+    def _request(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+        req = urllib.request.Request(
+            f"{self.server}{path}",
+            method=method,
+            data=None if body is None else json.dumps(body).encode(),
+            headers={"Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(req, timeout=10, context=self._ssl(True)) as resp:
+            return json.loads(resp.read())
+
+    def _create_node(self, name: str) -> None:
+        capacity = {"cpu": "32", "memory": "256Gi", "pods": str(self.node_pods),
+                    "ephemeral-storage": "1Ti"}  # fmt: skip
+        self._request("POST", "/api/v1/nodes", {
+            "apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": name, "annotations": {"kwok.x-k8s.io/node": "fake"},
+                         "labels": {"type": "kwok", "kubernetes.io/hostname": name}},
+            "status": {"capacity": capacity, "allocatable": capacity},
+        })  # fmt: skip
+
+    def _wait_nodes_ready(self) -> None:
+        deadline = time.monotonic() + self.ready_timeout
+        while time.monotonic() < deadline:
+            self.check_alive()
+            items = self._request("GET", "/api/v1/nodes")["items"]
+            ready = [
+                n for n in items
+                for c in n.get("status", {}).get("conditions") or []
+                if c["type"] == "Ready" and c["status"] == "True"
+            ]  # fmt: skip
+            if len(ready) >= self.nodes:
+                return
+            time.sleep(0.2)
+        raise ServiceError(
+            f"kwok did not make {self.nodes} node(s) ready in {self.ready_timeout:.0f}s. "
+            f"Last lines of its log:\n{tail(self.root / 'logs' / 'kwok.log')}"
+        )
+
+    def restart(self, component: str, down_s: float = 0.0) -> None:
+        """Stop one component (e.g. ``kube-apiserver``), wait ``down_s``, start it again and
+        wait until it is ready: a fault for clients to survive."""
+        proc = next((p for p in self._processes if p.name == component), None)
+        if proc is None:
+            raise ServiceError(
+                f"no component {component!r} (have: {[p.name for p in self._processes]})"
+            )
+        proc.stop(grace=5.0)
+        time.sleep(down_s)
+        proc.start()
+        if component == "kube-apiserver":
+            proc.wait_ready(
+                lambda: self._get(f"{self.server}/readyz", tls=True), self.ready_timeout
+            )
+
+    def check_alive(self) -> None:
+        if not self._processes:
+            raise ServiceError("the local Kubernetes control plane is not running")
+        for proc in self._processes:
+            proc.check_alive()
+
+    def stop(self) -> None:
+        for proc in reversed(self._processes):
+            proc.stop(grace=5.0)
+        self._processes.clear()
+        if self._own_root:
+            shutil.rmtree(self.root, ignore_errors=True)
+
+    # -- for tests of watch expiry ---------------------------------------------------------
+    def compact_etcd(self) -> int:
+        """Compact etcd's history up to its current revision (old watch resource versions then
+        answer 410 Gone when the API server reads them from etcd); returns that revision."""
+        req = urllib.request.Request(
+            f"{self.etcd_url}/v3/kv/range", data=json.dumps({"key": "AA=="}).encode()
+        )
+        with urllib.request.urlopen(req, timeout=5) as resp:
+            revision = int(json.loads(resp.read())["header"]["revision"])
+        req = urllib.request.Request(
+            f"{self.etcd_url}/v3/kv/compaction",
+            data=json.dumps({"revision": str(revision), "physical": True}).encode(),
+        )
+        with urllib.request.urlopen(req, timeout=30):
+            pass
+        return revision

@@ -1,0 +1,194 @@
+"""What kwok's fake nodes do with pods: the kwok ``Stage`` configuration of :class:`LocalKube`.
+
+kwok has no kubelet and runs nothing; stages rewrite a pod's status when a selector matches.
+Upstream's node stages (ready, lease heartbeat) and pod-delete are used as they are; upstream's
+``fast`` pod-ready and pod-complete apply to every pod except OpenForge rollout pods
+(``openforge.dev/role: rollout``), which follow the container order the Kubernetes rollout
+backend gives them (init containers, the last of which is ``agent``, then ``verifier``):
+
+1. scheduled: the init containers before ``agent`` complete and ``agent`` runs, unless its image
+   is :data:`MISSING_IMAGE`: then it waits in ``ErrImagePull`` (a registry without that image);
+2. ``agent`` exits once the pod carries the annotation :data:`AGENT_MESSAGE` (what the agent's
+   wrapper would write to its termination log), and ``verifier`` runs;
+3. ``verifier`` exits once the pod carries :data:`VERIFIER_MESSAGE` (the reward file the
+   verifier would write), and the pod succeeds.
+
+A test (or a benchmark) plays the harness and the verifier by setting those annotations.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROLE_LABEL = "openforge.dev/role"
+AGENT_MESSAGE = "kwok.openforge.dev/agent-message"
+VERIFIER_MESSAGE = "kwok.openforge.dev/verifier-message"
+MISSING_IMAGE = "registry.invalid/openforge/missing:0"
+
+UPSTREAM = (
+    "node/fast/node-initialize.yaml",
+    "node/heartbeat-with-lease/node-heartbeat-with-lease.yaml",
+    "pod/fast/pod-ready.yaml",
+    "pod/fast/pod-complete.yaml",
+    "pod/fast/pod-delete.yaml",
+)
+
+_AGENT_IMAGE = '.spec.initContainers.[] | select( .name == "agent" ) | .image'
+_NOT_ROLLOUT = {"key": f'.metadata.labels["{ROLE_LABEL}"]', "operator": "DoesNotExist"}
+_ROLLOUT = {"key": f'.metadata.labels["{ROLE_LABEL}"]', "operator": "In", "values": ["rollout"]}
+_ALIVE = {"key": ".metadata.deletionTimestamp", "operator": "DoesNotExist"}
+
+_ADDRESSES = """\
+hostIP: {{ NodeIPWith .spec.nodeName | Quote }}
+podIP: {{ PodIPWith .spec.nodeName false ( or .metadata.uid "" ) ( or .metadata.name "" ) ( or .metadata.namespace "" ) | Quote }}
+startTime: {{ $now | Quote }}
+"""  # noqa: E501
+
+
+def _init_statuses(agent: str) -> str:
+    """initContainerStatuses: those before ``agent`` completed, ``agent`` as given."""
+    return (
+        "initContainerStatuses:\n"
+        "{{ range .spec.initContainers }}\n"
+        "- image: {{ .image | Quote }}\n"
+        "  name: {{ .name | Quote }}\n"
+        "  restartCount: 0\n"
+        '{{ if eq .name "agent" }}\n' + agent + "{{ else }}\n"
+        "  ready: true\n"
+        "  state:\n"
+        "    terminated: {exitCode: 0, reason: Completed, startedAt: {{ $now | Quote }}, "
+        "finishedAt: {{ $now | Quote }}}\n"
+        "{{ end }}\n"
+        "{{ end }}\n"
+    )
+
+
+def _verifier(state: str) -> str:
+    return (
+        "containerStatuses:\n"
+        "{{ range .spec.containers }}\n"
+        "- image: {{ .image | Quote }}\n"
+        "  name: {{ .name | Quote }}\n"
+        "  restartCount: 0\n" + state + "{{ end }}\n"
+    )
+
+
+def _message(annotation: str) -> str:
+    return f'{{{{ index $.metadata.annotations "{annotation}" | Quote }}}}'
+
+
+_AGENT_DONE = (
+    "  ready: false\n"
+    "  state:\n"
+    "    terminated: {exitCode: 0, reason: Completed, startedAt: {{ $now | Quote }}, "
+    f"finishedAt: {{{{ $now | Quote }}}}, message: {_message(AGENT_MESSAGE)}}}\n"
+)
+
+
+def _stage(name: str, selector: list[dict[str, Any]], template: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "kwok.x-k8s.io/v1alpha1",
+        "kind": "Stage",
+        "metadata": {"name": name},
+        "spec": {
+            "resourceRef": {"apiGroup": "v1", "kind": "Pod"},
+            "selector": {"matchExpressions": [_ALIVE, _ROLLOUT, *selector]},
+            "next": {"statusTemplate": "{{ $now := Now }}\n" + template},
+        },
+    }
+
+
+def rollout_stages() -> list[dict[str, Any]]:
+    unscheduled_ip = [
+        {"key": ".spec.nodeName", "operator": "Exists"},
+        {"key": ".status.podIP", "operator": "DoesNotExist"},
+    ]
+    conditions = (
+        "conditions:\n"
+        "- {type: PodScheduled, status: 'True', lastTransitionTime: {{ $now | Quote }}}\n"
+        "- {type: Initialized, status: '%s', lastTransitionTime: {{ $now | Quote }}}\n"
+        "- {type: Ready, status: 'False', lastTransitionTime: {{ $now | Quote }}}\n"
+    )
+    waiting = "  ready: false\n  state:\n    waiting: {reason: PodInitializing}\n"
+    return [
+        _stage(
+            "openforge-rollout-start",
+            [
+                *unscheduled_ip,
+                {"key": _AGENT_IMAGE, "operator": "NotIn", "values": [MISSING_IMAGE]},
+            ],
+            "phase: Pending\n"
+            + _ADDRESSES
+            + conditions % "False"
+            + _init_statuses(
+                "  ready: false\n  started: true\n  state:\n"
+                "    running: {startedAt: {{ $now | Quote }}}\n"
+            )
+            + _verifier(waiting),
+        ),
+        _stage(
+            "openforge-rollout-image-missing",
+            [*unscheduled_ip, {"key": _AGENT_IMAGE, "operator": "In", "values": [MISSING_IMAGE]}],
+            "phase: Pending\n"
+            + _ADDRESSES
+            + conditions % "False"
+            + _init_statuses(
+                "  ready: false\n  state:\n    waiting:\n      reason: ErrImagePull\n"
+                '      message: {{ printf "failed to pull image %s: not found" .image | Quote }}\n'
+            )
+            + _verifier(waiting),
+        ),
+        _stage(
+            "openforge-rollout-agent-exit",
+            [
+                {
+                    "key": '.status.initContainerStatuses.[] | select( .name == "agent" ) '
+                    "| .state.running.startedAt",
+                    "operator": "Exists",
+                },
+                {"key": f'.metadata.annotations["{AGENT_MESSAGE}"]', "operator": "Exists"},
+            ],
+            "phase: Running\n"
+            + conditions % "True"
+            + _init_statuses(_AGENT_DONE)
+            + _verifier(
+                "  ready: true\n  started: true\n  state:\n"
+                "    running: {startedAt: {{ $now | Quote }}}\n"
+            ),
+        ),
+        _stage(
+            "openforge-rollout-verifier-exit",
+            [
+                {
+                    "key": '.status.containerStatuses.[] | select( .name == "verifier" ) '
+                    "| .state.running.startedAt",
+                    "operator": "Exists",
+                },
+                {"key": f'.metadata.annotations["{VERIFIER_MESSAGE}"]', "operator": "Exists"},
+            ],
+            "phase: Succeeded\n"
+            + conditions % "True"
+            + _init_statuses(_AGENT_DONE)
+            + _verifier(
+                "  ready: false\n  state:\n    terminated: {exitCode: 0, reason: Completed, "
+                "startedAt: {{ $now | Quote }}, finishedAt: {{ $now | Quote }}, "
+                f"message: {_message(VERIFIER_MESSAGE)}}}\n"
+            ),
+        ),
+    ]
+
+
+def stages_yaml(upstream: Path) -> str:
+    """The kwok configuration: upstream's stages from ``upstream`` (kwok's ``kustomize/stage``,
+    copied by ``scripts/setup k8s``), rollout pods excluded from its pod stages, plus ours."""
+    docs: list[dict[str, Any]] = []
+    for rel in UPSTREAM:
+        stage = yaml.safe_load((upstream / rel).read_text())
+        if rel.startswith("pod/") and not rel.endswith("pod-delete.yaml"):
+            stage["spec"]["selector"].setdefault("matchExpressions", []).append(_NOT_ROLLOUT)
+        docs.append(stage)
+    docs += rollout_stages()
+    return str(yaml.safe_dump_all(docs, sort_keys=False))
