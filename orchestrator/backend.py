@@ -27,6 +27,7 @@ from schemas.enums import RolloutPhase
 
 class BackendName(StrEnum):
     LOCAL = "local"  # bubblewrap sandboxes on this machine
+    KUBERNETES = "kubernetes"  # one pod per rollout on a cluster
 
 
 @dataclass(frozen=True)
@@ -81,3 +82,7 @@ class RolloutBackend(abc.ABC):
     @abc.abstractmethod
     def cancel(self) -> None:
         """Stop every rollout running now; their :meth:`run` calls then raise or return."""
+
+    def close(self) -> None:  # noqa: B027 - a hook: most backends hold nothing
+        """Release what the backend made for its rollouts (called once, after the last
+        :meth:`run`); nothing by default."""

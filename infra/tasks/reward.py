@@ -57,9 +57,9 @@ def _failed(error: str, source: Path | None = None) -> VerifierReward:
     return VerifierReward(None, source=source, error=error)
 
 
-def _from_json(path: Path) -> VerifierReward:
+def _from_json(path: Path, text: str | None = None) -> VerifierReward:
     try:
-        value = json.loads(path.read_text(encoding="utf-8"))
+        value = json.loads(path.read_text(encoding="utf-8") if text is None else text)
     except (OSError, UnicodeDecodeError, ValueError) as exc:
         return _failed(f"{path}: not readable as JSON ({exc})", path)
     if not isinstance(value, dict) or not value:
@@ -81,9 +81,9 @@ def _from_json(path: Path) -> VerifierReward:
     return VerifierReward(reward, components, path)
 
 
-def _from_txt(path: Path) -> VerifierReward:
+def _from_txt(path: Path, content: str | None = None) -> VerifierReward:
     try:
-        text = path.read_text(encoding="utf-8").strip()
+        text = (path.read_text(encoding="utf-8") if content is None else content).strip()
     except (OSError, UnicodeDecodeError) as exc:
         return _failed(f"{path}: not readable ({exc})", path)
     try:
@@ -102,3 +102,13 @@ def read_reward(verifier_dir: Path) -> VerifierReward:
     if (verifier_dir / REWARD_TXT).exists():
         return _from_txt(verifier_dir / REWARD_TXT)
     return _failed(f"{verifier_dir}: the verifier wrote neither {REWARD_JSON} nor {REWARD_TXT}")
+
+
+def parse_reward(file: str, text: str, source: Path) -> VerifierReward:
+    """The reward in the text of a verifier's ``file`` (``reward.json`` or ``reward.txt``), read
+    elsewhere (e.g. from a pod's termination log), by the module's rule; never raises."""
+    if file == REWARD_JSON:
+        return _from_json(source, text)
+    if file == REWARD_TXT:
+        return _from_txt(source, text)
+    return _failed(f"{source}: not a reward file ({REWARD_JSON} or {REWARD_TXT})", source)

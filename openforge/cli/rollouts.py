@@ -29,7 +29,9 @@ def run(
     ] = "oracle",
     n: Annotated[int, typer.Option("--n", help="Samples per task (one group per task).")] = 1,
     concurrency: Annotated[int, typer.Option(help="Rollouts running at once.")] = 4,
-    backend: Annotated[str, typer.Option(help="Rollout backend: local.")] = "local",
+    backend: Annotated[
+        str, typer.Option(help="Rollout backend: local (sandboxes) or kubernetes (pods).")
+    ] = "local",
     out: Annotated[Path, typer.Option(help="The run directory.")] = Path("runs/rollouts"),
     split: Annotated[str | None, typer.Option(help="Only tasks of this split.")] = None,
     proxy: Annotated[
@@ -48,6 +50,20 @@ def run(
     allow_internet_tasks: Annotated[
         bool, typer.Option(help="Run allow_internet tasks anyway (the sandbox has no internet).")
     ] = False,
+    kubeconfig: Annotated[
+        Path | None,
+        typer.Option(envvar="KUBECONFIG", help="kubernetes: the cluster (default: in-cluster)."),
+    ] = None,
+    kube_namespace: Annotated[
+        str, typer.Option(help="kubernetes: the namespace rollout pods run in.")
+    ] = "openforge-rollouts",
+    kube_proxy_url: Annotated[
+        str | None,
+        typer.Option(help="kubernetes: the proxy as pods reach it (e.g. its Service URL)."),
+    ] = None,
+    harness_image: Annotated[
+        str, typer.Option(help="kubernetes: the image holding the harnesses.")
+    ] = "ghcr.io/openforge/openforge:latest",
 ) -> None:
     """Run every task N times with HARNESS: lay out, run in a sandbox, verify, record rewards."""
     from rich.console import Console
@@ -57,6 +73,8 @@ def run(
     from infra.sandbox import ProxyEndpoint, sandbox
     from infra.tasks import load_dataset
     from openforge.stack import SANDBOX_PROXY_PORT, local_stack
+    from orchestrator.backend import BackendName, RolloutBackend
+    from orchestrator.kube_pod import PodSettings
     from orchestrator.plan import plan
     from orchestrator.progress import live_progress, summary_table
     from orchestrator.registry import ROLLOUT_BACKENDS
@@ -73,10 +91,28 @@ def run(
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     out.mkdir(parents=True, exist_ok=True)
 
-    def orchestrate(admin: ProxyAdmin, endpoint: ProxyEndpoint, model_name: str) -> None:
-        rollout_backend = ROLLOUT_BACKENDS.get(backend)(
+    def make_backend(admin: ProxyAdmin, endpoint: ProxyEndpoint) -> RolloutBackend:
+        if backend == BackendName.KUBERNETES:
+            settings = PodSettings(
+                namespace=kube_namespace,
+                proxy_url=kube_proxy_url or admin.url,
+                harness_image=harness_image,
+            )
+            return ROLLOUT_BACKENDS.get(backend)(
+                None, endpoint, kubeconfig=kubeconfig, pod=settings
+            )
+        return ROLLOUT_BACKENDS.get(backend)(
             sandbox(), endpoint, allow_internet_tasks=allow_internet_tasks
         )
+
+    def orchestrate(admin: ProxyAdmin, endpoint: ProxyEndpoint, model_name: str) -> None:
+        rollout_backend = make_backend(admin, endpoint)
+        try:
+            _orchestrate(rollout_backend, admin, model_name)
+        finally:
+            rollout_backend.close()
+
+    def _orchestrate(rollout_backend: RolloutBackend, admin: ProxyAdmin, model_name: str) -> None:
         orch = Orchestrator(
             rollout_backend,
             chosen,
@@ -108,10 +144,12 @@ def run(
         )
 
     if proxy is not None:
-        if proxy_socket is None:
+        if proxy_socket is None and backend != BackendName.KUBERNETES:
             raise ConfigError("--proxy needs --proxy-socket (the proxy's --uds) for sandboxes")
+        # Pods reach the proxy over the network (--kube-proxy-url), not through its socket.
+        socket = proxy_socket or Path("/nonexistent")
         orchestrate(
-            ProxyAdmin(proxy, admin_token), ProxyEndpoint(proxy_socket, SANDBOX_PROXY_PORT), "tiny"
+            ProxyAdmin(proxy, admin_token), ProxyEndpoint(socket, SANDBOX_PROXY_PORT), "tiny"
         )
         return
     needs_model = chosen.dialect is not None

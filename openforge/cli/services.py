@@ -11,13 +11,22 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-app = typer.Typer(help="Local services: a Kafka broker and a vLLM server.", no_args_is_help=True)
+app = typer.Typer(
+    help="Local services: a Kafka broker, a vLLM server, a Kubernetes control plane.",
+    no_args_is_help=True,
+)
 
 
 @app.command("up")
 def up(
     kafka: Annotated[bool, typer.Option(help="Start a Kafka broker.")] = True,
     vllm: Annotated[bool, typer.Option(help="Start a vLLM server.")] = True,
+    kube: Annotated[
+        bool,
+        typer.Option(
+            help="Start a local Kubernetes control plane (kwok nodes; `scripts/setup k8s`)."
+        ),
+    ] = False,
     model_dir: Annotated[
         Path | None,
         typer.Option("--model", help="Model directory for vLLM (default: the tiny model)."),
@@ -25,6 +34,7 @@ def up(
 ) -> None:
     """Start the services, print their addresses, and stop them cleanly on Ctrl-C."""
     from infra.local.kafka import KafkaBroker
+    from infra.local.kube import LocalKube
     from infra.local.vllm import VLLMServer
     from infra.paths import default_tiny_dir
     from infra.tiny_model import build_tiny_model
@@ -45,6 +55,13 @@ def up(
                 f"[green]vllm[/]   {server.base_url}/v1  model={server.served_model_name}  "
                 f"(log: {server.log_path})"
             )
+        if kube:
+            with console.status("starting a local Kubernetes control plane"):
+                cluster = stack.enter_context(LocalKube())
+            console.print(
+                f"[green]kube[/]   {cluster.server}  export KUBECONFIG={cluster.kubeconfig}  "
+                f"(logs: {cluster.root / 'logs'}; nodes are kwok's: pods run no containers)"
+            )
         console.print("running; press Ctrl-C to stop")
         try:
             while True:
@@ -53,5 +70,7 @@ def up(
                     broker.check_alive()
                 if vllm:
                     server.check_alive()
+                if kube:
+                    cluster.check_alive()
         except KeyboardInterrupt:
             console.print("stopping")

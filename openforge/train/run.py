@@ -219,6 +219,7 @@ class TrainingRun:
             stack.callback(pipeline.stop)
             endpoint = ProxyEndpoint(socket, SANDBOX_PROXY_PORT)
             backend = ROLLOUT_BACKENDS.get(cfg.rollouts.backend)(sandbox(), endpoint)
+            stack.callback(backend.close)
             orch_cfg = OrchestratorConfig(
                 concurrency=cfg.rollouts.concurrency,
                 max_attempts=cfg.rollouts.max_attempts,

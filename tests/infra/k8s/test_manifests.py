@@ -30,13 +30,14 @@ SERVICES, ROLLOUTS = "openforge", "openforge-rollouts"
 OPERATOR_GROUPS = {"kafka.strimzi.io", "flink.apache.org"}
 BUILTIN_GROUPS = {"", "apps", "batch", "rbac.authorization.k8s.io", "networking.k8s.io"}
 ROLLOUT_POD = {"openforge.dev/role": "rollout"}
-# What the orchestrator's token may do, all of it in the rollout namespace.
+# What the orchestrator's token may do, all of it in the rollout namespace: exactly the calls
+# orchestrator/kubernetes.py makes (pods/log: the harness's report from the agent's log).
 ORCHESTRATOR_RULES = {
     ("", "pods"): {"create", "get", "list", "watch", "delete", "deletecollection"},
-    ("", "pods/status"): {"get"},
-    ("", "secrets"): {"create", "get", "delete", "patch"},
-    ("", "configmaps"): {"create", "get", "list", "delete", "patch"},
-    ("networking.k8s.io", "networkpolicies"): {"create", "get", "patch"},
+    ("", "pods/log"): {"get"},
+    ("", "secrets"): {"create", "get", "delete", "deletecollection"},
+    ("", "configmaps"): {"create", "get", "list", "delete"},
+    ("networking.k8s.io", "networkpolicies"): {"create", "patch"},
 }
 ADMIN_TOKEN_PLACEHOLDER = "REPLACE-ME-openforge-admin-token"  # README.md, "Admin token"
 
