@@ -131,7 +131,9 @@ def task_objects(
     solution: bool = False,
 ) -> TaskObjects:
     """The ConfigMaps holding ``task``'s workspace files and tests (and, with ``solution``, its
-    solution, for the oracle), named by their content."""
+    solution, for the oracle), named by their run and their content (a run's objects are its own:
+    another run's, deleted with it, are never reused)."""
+    scope = labels.get(RUN, "")
     if plan is not None and plan.requirements:
         raise ConfigError(
             f"{task.dockerfile}: RUN pip install {' '.join(plan.requirements)}: the Kubernetes "
@@ -145,7 +147,7 @@ def task_objects(
     if files:
         data = tar_files(files)
         environment = _configmap(
-            dns_name("task-env", f"{task.id}-{hashlib.sha256(data).hexdigest()}"),
+            dns_name("task-env", f"{scope}-{task.id}-{hashlib.sha256(data).hexdigest()}"),
             namespace, "environment.tar.gz", data, labels, owner,
             f"task {task.id}'s environment",
         )  # fmt: skip
@@ -154,13 +156,13 @@ def task_objects(
     if solution and task.solution_dir is not None:
         data = tar_files(_tree(task.solution_dir, "."))
         solved = _configmap(
-            dns_name("task-solution", f"{task.id}-{hashlib.sha256(data).hexdigest()}"),
+            dns_name("task-solution", f"{scope}-{task.id}-{hashlib.sha256(data).hexdigest()}"),
             namespace, "solution.tar.gz", data, labels, owner, f"task {task.id}'s solution",
         )  # fmt: skip
     return TaskObjects(
         image, workdir, env, environment,
         _configmap(
-            dns_name("task-tests", f"{task.id}-{hashlib.sha256(tests).hexdigest()}"),
+            dns_name("task-tests", f"{scope}-{task.id}-{hashlib.sha256(tests).hexdigest()}"),
             namespace, "tests.tar.gz", tests, labels, owner, f"task {task.id}'s tests",
         ),
         solved,

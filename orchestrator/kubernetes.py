@@ -125,6 +125,10 @@ class KubernetesBackend(RolloutBackend):
         self._watcher: PodWatcher | None = None
         self._last_stats = WatchStats()
         self._cancelled = threading.Event()
+        # As many calls at once as the client keeps connections (less the watch's): a call
+        # beyond that would open (and then drop) a new TLS connection, a handshake each time.
+        pool = int(getattr(self.api.configuration, "connection_pool_maxsize", 32) or 32)
+        self._slots = threading.BoundedSemaphore(max(1, pool - 1))
         self.api_calls = 0  # writes and reads this backend made (the watch's not included)
         self.watch_lags: list[float] = []  # per pod: its create call's return to its first event
 
@@ -141,7 +145,8 @@ class KubernetesBackend(RolloutBackend):
 
         self.api_calls += 1
         try:
-            return fn(*args, _preload_content=False, **kwargs)
+            with self._slots:
+                return fn(*args, _preload_content=False, **kwargs)
         except ApiException as exc:
             raise InfrastructureError(
                 f"Kubernetes API: {fn.__name__} failed ({exc.status} {exc.reason}): "
@@ -156,7 +161,8 @@ class KubernetesBackend(RolloutBackend):
 
         self.api_calls += 1
         try:
-            return dict(json.loads(fn(self.ns, body, _preload_content=False).data))
+            with self._slots:
+                return dict(json.loads(fn(self.ns, body, _preload_content=False).data))
         except ApiException as exc:
             if exc.status != 409:
                 raise InfrastructureError(
@@ -405,7 +411,8 @@ class KubernetesBackend(RolloutBackend):
         if code == status.TIMEOUT_EXIT:
             timeout = job.task.agent.timeout_sec
             return AgentEnd(RolloutPhase.TIMED_OUT, None, took, f"killed after {timeout:.0f}s")
-        report = self._agent_report(name, job.harness)
+        # A harness that calls no model has nothing to report: no call for its log.
+        report = self._agent_report(name, job.harness) if job.harness.dialect else None
         phase = RolloutPhase.FINISHED if code == 0 else RolloutPhase.FAILED
         return AgentEnd(
             phase, code, took, f"exit code {code}",
@@ -419,9 +426,10 @@ class KubernetesBackend(RolloutBackend):
 
         try:
             self.api_calls += 1
-            text = self.core.read_namespaced_pod_log(
-                name, self.ns, container="agent", limit_bytes=4 << 20, _preload_content=False
-            ).data.decode("utf-8", "replace")
+            with self._slots:
+                text = self.core.read_namespaced_pod_log(
+                    name, self.ns, container="agent", limit_bytes=4 << 20, _preload_content=False
+                ).data.decode("utf-8", "replace")
         except (ApiException, OSError):
             return None
         return harness.report(text) if text else None

@@ -16,6 +16,7 @@ NetworkPolicy is stored and listed, not enforced (there is no network plugin).
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import ssl
 import subprocess
@@ -78,7 +79,7 @@ class LocalKube(LocalService):
         root: where data, certificates, logs and the kubeconfig go; a fresh temporary dir by
             default (removed on stop; a given one is kept).
         nodes: fake nodes kwok manages (``kwok-node-0`` ...), each with ``node_pods`` pod slots,
-            32 CPUs and 256 GiB.
+            ``node_cpus`` CPUs and ``node_memory_gi`` GiB.
         apiserver_args: extra kube-apiserver flags (e.g. ``--watch-cache=false``).
         ready_timeout: seconds each component has to become ready.
     """
@@ -90,12 +91,15 @@ class LocalKube(LocalService):
         root: Path | None = None,
         nodes: int = 1,
         node_pods: int = 1100,
+        node_cpus: int = 32,
+        node_memory_gi: int = 256,
         apiserver_args: Sequence[str] = (),
         ready_timeout: float = 60.0,
     ) -> None:
         self._own_root = root is None
         self.root = Path(tempfile.mkdtemp(prefix="openforge-kube-")) if root is None else root
         self.nodes, self.node_pods = nodes, node_pods
+        self.node_cpus, self.node_memory_gi = node_cpus, node_memory_gi
         self.apiserver_args = list(apiserver_args)
         self.ready_timeout = ready_timeout
         self.etcd_port, self.api_port = free_port(), free_port()
@@ -259,8 +263,8 @@ class LocalKube(LocalService):
             return json.loads(resp.read())
 
     def _create_node(self, name: str) -> None:
-        capacity = {"cpu": "32", "memory": "256Gi", "pods": str(self.node_pods),
-                    "ephemeral-storage": "1Ti"}  # fmt: skip
+        capacity = {"cpu": str(self.node_cpus), "memory": f"{self.node_memory_gi}Gi",
+                    "pods": str(self.node_pods), "ephemeral-storage": "10Ti"}  # fmt: skip
         self._request("POST", "/api/v1/nodes", {
             "apiVersion": "v1", "kind": "Node",
             "metadata": {"name": name, "annotations": {"kwok.x-k8s.io/node": "fake"},
@@ -301,6 +305,18 @@ class LocalKube(LocalService):
             proc.wait_ready(
                 lambda: self._get(f"{self.server}/readyz", tls=True), self.ready_timeout
             )
+
+    def cpu_seconds(self) -> dict[str, float]:
+        """CPU time (user + system) each component has used so far, from ``/proc``."""
+        tick = os.sysconf("SC_CLK_TCK")
+        out: dict[str, float] = {}
+        for proc in self._processes:
+            try:
+                fields = Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+            except (OSError, IndexError):
+                continue
+            out[proc.name] = (int(fields[11]) + int(fields[12])) / tick
+        return out
 
     def check_alive(self) -> None:
         if not self._processes:

@@ -191,4 +191,15 @@ def stages_yaml(upstream: Path) -> str:
             stage["spec"]["selector"].setdefault("matchExpressions", []).append(_NOT_ROLLOUT)
         docs.append(stage)
     docs += rollout_stages()
+    # kwok plays 4 pod stages at a time by default: a batch of hundreds of rollouts waits on it.
+    # (A configuration file's options are not defaulted: every parallelism is given.)
+    docs.insert(0, {
+        "apiVersion": "config.kwok.x-k8s.io/v1alpha1",
+        "kind": "KwokConfiguration",
+        "options": {
+            "podPlayStageParallelism": 64, "nodePlayStageParallelism": 4,
+            "nodeLeaseParallelism": 4, "podsOnNodeSyncParallelism": 4,
+            "enablePodsOnNodeSyncListPager": True, "enablePodsOnNodeSyncStreamWatch": False,
+        },
+    })  # fmt: skip
     return str(yaml.safe_dump_all(docs, sort_keys=False))

@@ -1,0 +1,137 @@
+"""Control-plane cost of the Kubernetes rollout backend: N rollouts launched, watched to their
+verified end and cleaned up, on a local API server with kwok nodes.
+
+    python -m bench.k8s_rollouts --rollouts 1000 --concurrency 1000
+
+Path measured: :meth:`orchestrator.kubernetes.KubernetesBackend.run` per rollout (its Secret and
+Pod created, the pod followed through the backend's one watch, the agent's and the verifier's
+termination messages read, Pod and Secret deleted), then :meth:`close` (the run's anchor
+deleted; garbage collection takes its ConfigMaps) until nothing of the run is left. kwok plays
+the nodes: pods carry the annotations its stages answer with the agent's exit and the
+verifier's reward at once (:mod:`infra.local.kwok_stages`), so no image is pulled and no
+container runs: this is control-plane cost only (scheduling, status updates, watch delivery,
+deletes). The proof it took the path: every rollout's reward (0.5) comes back parsed from its
+verifier's termination message, the pods created equal the rollouts, and the watch counters.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import statistics
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from infra.harnesses import NoOp
+from infra.local.kube import LocalKube
+from infra.local.kwok_stages import AGENT_MESSAGE, VERIFIER_MESSAGE
+from infra.tasks import load_task
+from orchestrator.backend import AgentEnd, RolloutJob
+from orchestrator.kube_pod import PodSettings
+from orchestrator.kubernetes import KubeOptions, KubernetesBackend
+
+ROOT = Path(__file__).resolve().parents[1]
+TASK = ROOT / "examples" / "echo-words" / "echo-about"
+NS = "openforge-rollouts"
+
+
+def _pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
+
+
+def _left(core: Any, label: str) -> int:
+    sel = f"openforge.dev/run={label}"
+    return sum(
+        len(fn(NS, label_selector=sel).items)
+        for fn in (core.list_namespaced_pod, core.list_namespaced_secret,
+                   core.list_namespaced_config_map)
+    )  # fmt: skip
+
+
+def run(rollouts: int, concurrency: int, tmp: Path) -> dict[str, Any]:
+    from kubernetes import client
+
+    task = load_task(TASK)
+    harness = NoOp()
+    # Ten nodes of 110 pods (Kubernetes' default per node), room for every pod at once.
+    with LocalKube(
+        tmp / "kube", nodes=10, node_pods=110, node_cpus=128, node_memory_gi=512
+    ) as kube:
+        api = kube.api()
+        core: Any = client.CoreV1Api(api)
+        core.create_namespace({"metadata": {"name": NS}})
+        annotations = {
+            AGENT_MESSAGE: json.dumps({"exit_code": 0}),
+            VERIFIER_MESSAGE: '{"exit_code": 0, "file": "reward.txt"}\n0.5\n',
+        }
+        options = KubeOptions(
+            kubeconfig=kube.kubeconfig,
+            pod=PodSettings(namespace=NS, proxy_url="http://openforge-proxy:8000",
+                            harness_image="openforge:bench", annotations=annotations),
+        )  # fmt: skip
+        backend = KubernetesBackend(options, api=kube.api())
+        ended: list[AgentEnd] = []
+        lock = threading.Lock()
+
+        def one(n: int) -> tuple[float, float]:
+            job = RolloutJob(f"bench-{n}", task, harness, f"key-{n}", "tiny", tmp / "r" / str(n))
+            t0 = time.monotonic()
+            verified = backend.run(job, lambda a: ended.append(a))
+            with lock:
+                assert verified.reward.reward == 0.5, verified
+            return t0, time.monotonic()
+
+        backend.prepare()  # the run's set-up (anchor, NetworkPolicy, watch) before the clock
+        cpu0, own0 = kube.cpu_seconds(), resource.getrusage(resource.RUSAGE_SELF)
+        start = time.monotonic()
+        with ThreadPoolExecutor(concurrency) as pool:
+            spans = list(pool.map(one, range(rollouts)))
+        verified_at = time.monotonic()
+        label = backend.labels["openforge.dev/run"]
+        backend.close()
+        while _left(core, label):
+            time.sleep(0.2)
+        wall = time.monotonic() - start
+        cpu1, own1 = kube.cpu_seconds(), resource.getrusage(resource.RUSAGE_SELF)
+        cpu = {k: cpu1[k] - cpu0.get(k, 0.0) for k in cpu1}
+        cpu["orchestrator (this process)"] = (
+            own1.ru_utime + own1.ru_stime - own0.ru_utime - own0.ru_stime
+        )
+        stats = backend.watch_stats
+        per = [end - begin for begin, end in spans]
+        return {
+            "rollouts": rollouts,
+            "concurrency": concurrency,
+            "verified": len(ended),
+            "wall_s": round(wall, 2),
+            "to_last_verified_s": round(verified_at - start, 2),
+            "pods_per_s": round(rollouts / wall, 1),
+            "rollout_s_p50": round(statistics.median(per), 3),
+            "rollout_s_p99": round(_pct(per, 0.99), 3),
+            "watch_lag_ms_p50": round(1000 * _pct(backend.watch_lags, 0.5), 1),
+            "watch_lag_ms_p99": round(1000 * _pct(backend.watch_lags, 0.99), 1),
+            "api_calls_per_rollout": round(backend.api_calls / rollouts, 2),
+            "watch": vars(stats),
+            "cpu_ms_per_rollout": {k: round(1000 * v / rollouts, 1) for k, v in cpu.items()},
+            "cpu_s_total": round(sum(cpu.values()), 1),
+        }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rollouts", type=int, default=1000)
+    parser.add_argument("--concurrency", type=int, default=1000)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="bench-k8s-") as tmp:
+        result = run(args.rollouts, args.concurrency, Path(tmp))
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()
