@@ -128,5 +128,7 @@ def test_the_local_backend_refuses_what_it_cannot_provide(tmp_path: Path) -> Non
         backend.check(load_task(root), NoOp())
     with pytest.raises(ConfigError, match=r"no solution/solve\.sh"):
         backend.check(load_task(_task(tmp_path / "unsolved", "#!/bin/bash\n")), Oracle())
-    with pytest.raises(ConfigError, match="unknown rollout backend 'k8s': choose one of local"):
+    with pytest.raises(
+        ConfigError, match="unknown rollout backend 'k8s': choose one of kubernetes, local"
+    ):
         ROLLOUT_BACKENDS.get("k8s")
