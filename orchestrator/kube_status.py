@@ -5,7 +5,15 @@ from __future__ import annotations
 
 import json
 from datetime import datetime
+from pathlib import Path
 from typing import Any
+
+from infra.harnesses.base import Report
+from infra.tasks import VerifierReward
+from infra.tasks.reward import parse_reward
+from orchestrator.backend import AgentEnd
+from schemas.enums import RolloutPhase
+from schemas.errors import InfrastructureError
 
 # Waiting reasons that do not clear by themselves (or only after backoffs a batch cannot wait).
 STUCK = {
@@ -56,3 +64,54 @@ def duration(terminated: dict[str, Any]) -> float:
     except (KeyError, AttributeError, ValueError):
         return 0.0
     return max((end - start).total_seconds(), 0.0)
+
+
+def verifier_result(terminated: dict[str, Any]) -> tuple[VerifierReward, int, float]:
+    """The reward, exit code and duration the verifier's termination message reports (its first
+    line ``{"exit_code": N, "file": F}``, then the reward file's text); InfrastructureError when
+    there is no reward."""
+    head, _, body = (terminated.get("message") or "").partition("\n")
+    meta = message_json(head)
+    code = meta.get("exit_code")
+    file = meta.get("file") or ""
+    if not isinstance(code, int):
+        raise InfrastructureError(
+            f"the verifier's container ended without its report ({terminated.get('reason')}, "
+            f"exit code {terminated.get('exitCode')})"
+        )
+    if not file:
+        raise InfrastructureError(
+            f"the verifier (exit code {code}) gave no reward: it wrote neither reward.json "
+            "nor reward.txt"
+        )
+    reward = parse_reward(file, body, Path(f"/logs/verifier/{file}"))
+    if reward.reward is None:
+        raise InfrastructureError(f"the verifier (exit code {code}) gave no reward: {reward.error}")
+    return reward, code, duration(terminated)
+
+
+def _agent_code(terminated: dict[str, Any]) -> int | None:
+    code = message_json(terminated.get("message") or "").get("exit_code")
+    return code if isinstance(code, int) else None
+
+
+def agent_ran(terminated: dict[str, Any]) -> bool:
+    """Whether the harness ended by itself (not killed at its timeout, its wrapper not dead)."""
+    return _agent_code(terminated) not in (None, TIMEOUT_EXIT)
+
+
+def agent_end(terminated: dict[str, Any], timeout_s: float, report: Report | None) -> AgentEnd:
+    """The agent's end from its container's termination (its wrapper writes
+    ``{"exit_code": N}``; 124: the task's agent timeout struck)."""
+    code, took = _agent_code(terminated), duration(terminated)
+    if code is None:  # the wrapper itself died: a limit struck (OOMKilled, ...)
+        code = terminated.get("exitCode")
+        reason = terminated.get("reason") or ""
+        return AgentEnd(RolloutPhase.FAILED, code, took, f"{reason}: exit code {code}")
+    if code == TIMEOUT_EXIT:
+        return AgentEnd(RolloutPhase.TIMED_OUT, None, took, f"killed after {timeout_s:.0f}s")
+    phase = RolloutPhase.FINISHED if code == 0 else RolloutPhase.FAILED
+    return AgentEnd(
+        phase, code, took, f"exit code {code}",
+        report.final_message if report else None, report.session_id if report else None,
+    )  # fmt: skip

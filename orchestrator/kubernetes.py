@@ -40,7 +40,6 @@ from infra.harnesses import Harness
 from infra.harnesses.base import Endpoint, RolloutDirs
 from infra.kube import PodWatcher, WatchStats, api_client
 from infra.tasks import Task, VerifierReward
-from infra.tasks.reward import parse_reward
 from orchestrator import kube_status as status
 from orchestrator.backend import AgentEnd, BackendName, RolloutBackend, RolloutJob, Verified
 from orchestrator.kube_objects import (
@@ -57,7 +56,6 @@ from orchestrator.kube_objects import (
 )
 from orchestrator.kube_pod import PodSettings, rollout_pod, rollout_secret
 from orchestrator.workspace import image_plan
-from schemas.enums import RolloutPhase
 from schemas.errors import ConfigError, InfrastructureError, TaskError
 
 log = logging.getLogger(__name__)
@@ -401,64 +399,28 @@ class KubernetesBackend(RolloutBackend):
 
     def _wait_agent(self, name: str, state: _State, job: RolloutJob) -> AgentEnd:
         terminated = self._wait(name, state, lambda pod: status.terminated(pod, "agent", init=True))
-        meta = status.message_json(terminated.get("message") or "")
-        took = status.duration(terminated)
-        code = meta.get("exit_code") if isinstance(meta.get("exit_code"), int) else None
-        reason = terminated.get("reason") or ""
-        if code is None:  # the wrapper itself died: a limit struck (OOMKilled, ...)
-            code = terminated.get("exitCode")
-            return AgentEnd(RolloutPhase.FAILED, code, took, f"{reason}: exit code {code}")
-        if code == status.TIMEOUT_EXIT:
-            timeout = job.task.agent.timeout_sec
-            return AgentEnd(RolloutPhase.TIMED_OUT, None, took, f"killed after {timeout:.0f}s")
         # A harness that calls no model has nothing to report: no call for its log.
-        report = self._agent_report(name, job.harness) if job.harness.dialect else None
-        phase = RolloutPhase.FINISHED if code == 0 else RolloutPhase.FAILED
-        return AgentEnd(
-            phase, code, took, f"exit code {code}",
-            report.final_message if report else None, report.session_id if report else None,
-        )  # fmt: skip
+        wants_report = job.harness.dialect is not None and status.agent_ran(terminated)
+        report = self._agent_report(name, job.harness) if wants_report else None
+        return status.agent_end(terminated, job.task.agent.timeout_sec, report)
 
     def _agent_report(self, name: str, harness: Harness) -> Any:
         """The harness's report from the agent container's log (None if the cluster keeps no
         log, as with kwok)."""
-        from kubernetes.client.exceptions import ApiException
+        with contextlib.suppress(InfrastructureError):
+            resp = self._call(
+                self.core.read_namespaced_pod_log, name, self.ns, container="agent",
+                limit_bytes=4 << 20,
+            )  # fmt: skip
+            text = resp.data.decode("utf-8", "replace")
+            return harness.report(text) if text else None
+        return None
 
-        try:
-            self.api_calls += 1
-            with self._slots:
-                text = self.core.read_namespaced_pod_log(
-                    name, self.ns, container="agent", limit_bytes=4 << 20, _preload_content=False
-                ).data.decode("utf-8", "replace")
-        except (ApiException, OSError):
-            return None
-        return harness.report(text) if text else None
-
-    def _wait_verifier(self, name: str, state: _State) -> tuple[VerifierReward, int | None, float]:
+    def _wait_verifier(self, name: str, state: _State) -> tuple[VerifierReward, int, float]:
         terminated = self._wait(
             name, state, lambda pod: status.terminated(pod, "verifier", init=False)
         )
-        text = terminated.get("message") or ""
-        head, _, body = text.partition("\n")
-        meta = status.message_json(head)
-        code = meta.get("exit_code") if isinstance(meta.get("exit_code"), int) else None
-        file = meta.get("file") or ""
-        if code is None:
-            raise InfrastructureError(
-                f"the verifier's container ended without its report ({terminated.get('reason')}, "
-                f"exit code {terminated.get('exitCode')})"
-            )
-        if not file:
-            raise InfrastructureError(
-                f"the verifier (exit code {code}) gave no reward: it wrote neither reward.json "
-                "nor reward.txt"
-            )
-        reward = parse_reward(file, body, Path(f"/logs/verifier/{file}"))
-        if reward.reward is None:
-            raise InfrastructureError(
-                f"the verifier (exit code {code}) gave no reward: {reward.error}"
-            )
-        return reward, code, status.duration(terminated)
+        return status.verifier_result(terminated)
 
     def _delete(self, name: str) -> None:
         with contextlib.suppress(InfrastructureError):
