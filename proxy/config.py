@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 
+from proxy.render import RenderMode
 from schemas.errors import ConfigError
 from schemas.registry import choose
 
@@ -66,6 +67,9 @@ class ProxyConfig:
         pause_retry_after: the ``Retry-After`` seconds of that 429.
         pause_timeout: seconds after which a pause ends by itself (a trainer that died
             mid-swap must not stall every rollout); ``POST /admin/pause`` may name its own.
+        render_mode: how a continuation's new messages are rendered: ``auto`` (a window of the
+            conversation, verified against a full rendering on the first calls), ``verify``
+            (both, every call) or ``full`` (see :mod:`proxy.render`); a typo raises ConfigError.
         finished_rollouts: how many finished rollouts are remembered (oldest forgotten first),
             so a late reward is still attributed and a late call gets a clear 410.
     """
@@ -105,10 +109,12 @@ class ProxyConfig:
     pause_retry_after: int = 1
     pause_timeout: float = 300.0
     finished_rollouts: int = 10_000
+    render_mode: RenderMode = RenderMode.AUTO
 
     def __post_init__(self) -> None:
         self.upstream_kind = choose(UpstreamKind, self.upstream_kind, "upstream_kind")
         self.pause_mode = choose(PauseMode, self.pause_mode, "pause_mode")
+        self.render_mode = choose(RenderMode, self.render_mode, "render_mode")
         for name in ("body_timeout", "record_timeout", "pause_timeout"):
             if not getattr(self, name) > 0:
                 raise ConfigError(f"{name} must be a positive number of seconds")

@@ -132,7 +132,7 @@ class ContinuityTracker:
         thread = self._match(msgs)
 
         def rendered() -> list[int]:
-            return renderer.encode(renderer.render(msgs, req.tools, generation=True))
+            return renderer.prompt_ids(msgs, req.tools)
 
         if thread is None or thread.last is None:
             side = (self.main_model is not None and req.model != self.main_model) or (

@@ -2,23 +2,78 @@
 
 The proxy renders prompts itself (instead of letting the engine do it) so that a later turn can
 reuse the engine's own token ids for the history it generated, and render only what is new.
+
+Per-call work is kept proportional to what changed, not to the history:
+
+- **Continuations** (:meth:`Renderer.continuation`) render a *window*: the leading system
+  messages, the last message before our answer, our answer and the new messages. Chat templates
+  render each turn from its neighbours (the tiny model's, Qwen's, Llama's), so the window's
+  rendering of the new messages equals the full conversation's. A template whose rendering of
+  a turn depends on turns further back would break that, so in ``auto`` mode the first
+  :data:`VERIFIED_WINDOWS` windowed results are compared with a full rendering; one mismatch
+  turns windows off for the renderer (logged, counted in ``stats``). ``verify`` compares every
+  call (and answers with the full rendering), ``full`` never uses windows.
+- **First calls** (:meth:`Renderer.prompt_ids`) reuse the token ids of the rendered system
+  prompt and tools, which every rollout of a run shares, when the rendered text is cut right
+  after a special token (the tokenizer splits its input at special tokens, so the ids of the
+  two sides concatenate); each cached head is checked once against a full encoding.
 """
 
 from __future__ import annotations
 
 import json
-from functools import lru_cache
+import logging
+from collections import OrderedDict
+from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
 from proxy.canonical import Message
 from schemas.errors import ConfigError
 
+log = logging.getLogger(__name__)
+
+VERIFIED_WINDOWS = 16  # windowed continuations checked against a full rendering in auto mode
+HEAD_CACHE_SIZE = 16  # distinct system prompts + tools whose token ids are kept
+
+
+class RenderMode(StrEnum):
+    """How a continuation's new messages are rendered (see the module docstring)."""
+
+    AUTO = "auto"  # windows, verified on the first calls
+    VERIFY = "verify"  # windows compared with a full rendering on every call; full one used
+    FULL = "full"  # always the full conversation
+
+
+@dataclass
+class RenderStats:
+    """What the renderer did, for metrics and benchmarks."""
+
+    windowed: int = 0  # continuations rendered from a window
+    full: int = 0  # continuations rendered from the whole conversation
+    window_checks: int = 0  # windows compared with a full rendering
+    window_mismatches: int = 0  # windows whose result differed from the full rendering
+    head_hits: int = 0  # first calls that reused a cached system prompt's ids
+    head_misses: int = 0
+
+
+def _head(messages: list[Message]) -> int:
+    n = 0
+    while n < len(messages) and messages[n].get("role") == "system":
+        n += 1
+    return n
+
 
 class Renderer:
     """A chat template and tokenizer, loaded from a model directory (``tokenizer_config.json``)."""
 
-    def __init__(self, tokenizer_dir: Path) -> None:
+    def __init__(
+        self,
+        tokenizer_dir: Path,
+        mode: RenderMode | str = RenderMode.AUTO,
+        verify_first: int = VERIFIED_WINDOWS,
+    ) -> None:
         try:
             from transformers import AutoTokenizer
         except ImportError as exc:  # pragma: no cover - the proxy extra installs it
@@ -34,8 +89,16 @@ class Renderer:
             ) from exc
         if not self._tok.chat_template:
             raise ConfigError(f"the tokenizer in {tokenizer_dir} has no chat template")
+        self.mode = RenderMode(mode)
+        self.verify_first = verify_first
         self.eos_token: str = self._tok.eos_token or ""
         self.eos_token_id: int | None = self._tok.eos_token_id
+        self.stats = RenderStats()
+        self._windows_ok = self.mode is not RenderMode.FULL
+        self._specials = sorted(
+            {str(t) for t in self._tok.all_special_tokens if t}, key=len, reverse=True
+        )
+        self._heads: OrderedDict[str, list[int] | None] = OrderedDict()
 
     def render(self, messages: list[Message], tools: list[dict[str, Any]], generation: bool) -> str:
         text = self._tok.apply_chat_template(
@@ -58,25 +121,64 @@ class Renderer:
         return str(self._tok.decode(ids, skip_special_tokens=True))
 
     def count(self, messages: list[Message], tools: list[dict[str, Any]]) -> int:
-        return len(self.encode(self.render(messages, tools, generation=True)))
+        return len(self.prompt_ids(messages, tools))
 
-    def continuation(
+    # --- first calls: the shared system prompt's ids ---------------------------------------
+
+    def _head_cut(self, messages: list[Message], tools: list[dict[str, Any]], text: str) -> int:
+        """Where the rendering of the leading system messages (and tools) ends in ``text``, cut
+        right after the last special token in it; 0 when there is no such point."""
+        h = _head(messages)
+        if h == 0 or h == len(messages):
+            return 0
+        try:
+            head = self.render(messages[:h], tools, generation=False)
+        except Exception:  # a template that cannot render the system turn alone
+            return 0
+        if not text.startswith(head):
+            return 0
+        ends = [head.rfind(s) + len(s) for s in self._specials if head.rfind(s) >= 0]
+        return max(ends, default=0)
+
+    def prompt_ids(self, messages: list[Message], tools: list[dict[str, Any]]) -> list[int]:
+        """The prompt for ``messages`` (with the generation prompt), encoded in full except for a
+        cached system prompt."""
+        text = self.render(messages, tools, generation=True)
+        cut = self._head_cut(messages, tools, text)
+        if cut == 0:
+            return self.encode(text)
+        key = text[:cut]
+        if key in self._heads:
+            self._heads.move_to_end(key)
+            head_ids = self._heads[key]
+            if head_ids is not None:
+                self.stats.head_hits += 1
+                return [*head_ids, *self.encode(text[cut:])]
+            return self.encode(text)
+        self.stats.head_misses += 1
+        full = self.encode(text)
+        head_ids = self.encode(key)
+        splits = full[: len(head_ids)] == head_ids and full[len(head_ids) :] == self.encode(
+            text[cut:]
+        )
+        self._heads[key] = head_ids if splits else None
+        if len(self._heads) > HEAD_CACHE_SIZE:
+            self._heads.popitem(last=False)
+        return full
+
+    # --- continuations ----------------------------------------------------------------------
+
+    def _suffix(
         self,
         base_messages: list[Message],
         assistant: Message,
         completion_ids: list[int],
-        messages: list[Message],
+        new: list[Message],
         tools: list[dict[str, Any]],
     ) -> list[int] | None:
-        """Tokens that follow ``base prompt + completion`` to make the prompt for ``messages``.
-
-        ``messages`` must extend ``base_messages + [assistant]``. Returns None when the template
-        does not render the longer conversation as an extension of the shorter one (templates
-        that rewrite earlier turns), so the caller falls back to rendering in full.
-        """
         base_prompt = self.render(base_messages, tools, generation=True)
         with_assistant = self.render([*base_messages, assistant], tools, generation=False)
-        full = self.render(messages, tools, generation=True)
+        full = self.render([*base_messages, assistant, *new], tools, generation=True)
         if not (with_assistant.startswith(base_prompt) and full.startswith(with_assistant)):
             return None
         rendered_turn = with_assistant[len(base_prompt) :]
@@ -92,10 +194,42 @@ class Renderer:
             return None
         return self.encode(gap + full[len(with_assistant) :])
 
+    def continuation(
+        self,
+        base_messages: list[Message],
+        assistant: Message,
+        completion_ids: list[int],
+        messages: list[Message],
+        tools: list[dict[str, Any]],
+    ) -> list[int] | None:
+        """Tokens that follow ``base prompt + completion`` to make the prompt for ``messages``.
 
-@lru_cache(maxsize=8)
-def renderer_for(tokenizer_dir: str) -> Renderer:
-    return Renderer(Path(tokenizer_dir))
+        ``messages`` must extend ``base_messages + [assistant]``. Returns None when the template
+        does not render the longer conversation as an extension of the shorter one (templates
+        that rewrite earlier turns), so the caller falls back to rendering in full.
+        """
+        new = messages[len(base_messages) + 1 :]
+        h = _head(base_messages)
+        window = [*base_messages[:h], *base_messages[max(h, len(base_messages) - 1) :]]
+        if not self._windows_ok or len(window) == len(base_messages):
+            self.stats.full += 1
+            return self._suffix(base_messages, assistant, completion_ids, new, tools)
+        windowed = self._suffix(window, assistant, completion_ids, new, tools)
+        if self.mode is not RenderMode.VERIFY and self.stats.window_checks >= self.verify_first:
+            self.stats.windowed += 1
+            return windowed
+        self.stats.window_checks += 1
+        self.stats.full += 1
+        full = self._suffix(base_messages, assistant, completion_ids, new, tools)
+        if full != windowed:
+            self.stats.window_mismatches += 1
+            if self.mode is RenderMode.AUTO:
+                self._windows_ok = False
+                log.warning(
+                    "this chat template renders a turn differently without the turns before "
+                    "it: continuations are rendered in full from now on (slower, still exact)"
+                )
+        return full
 
 
 def canonical_json(value: Any) -> str:

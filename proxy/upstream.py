@@ -23,6 +23,7 @@ from typing import Any, Protocol
 
 import aiohttp
 import httpx
+import orjson
 
 from proxy.config import UpstreamKind
 from proxy.errors import ProxyError
@@ -141,10 +142,11 @@ class CompletionsUpstream(Upstream):
         could not be written, or the server hung up before answering) is retried once on a
         new connection: nothing has reached the harness yet."""
         url = f"{self.base_url}/v1/completions"
+        data, headers = orjson.dumps(body), {"content-type": "application/json"}
         try:
-            return await self._client().post(url, json=body)
+            return await self._client().post(url, data=data, headers=headers)
         except (aiohttp.ClientOSError, aiohttp.ServerDisconnectedError):
-            return await self._client().post(url, json=body)
+            return await self._client().post(url, data=data, headers=headers)
 
     async def generate(
         self, prompt: list[int], sampling: SamplingParams, max_tokens: int
@@ -165,13 +167,13 @@ class CompletionsUpstream(Upstream):
                         resp.status, await resp.text(), resp.headers.get("retry-after")
                     )
                 async for raw in resp.content:
-                    line = raw.decode("utf-8").strip()
-                    if not line.startswith("data:"):
+                    line = raw.strip()
+                    if not line.startswith(b"data:"):
                         continue
                     data = line[5:].strip()
-                    if data == "[DONE]":
+                    if data == b"[DONE]":
                         continue
-                    for chunk in _completion_chunks(json.loads(data)):
+                    for chunk in _completion_chunks(orjson.loads(_without_prompt_ids(data))):
                         yield chunk
         except TimeoutError as exc:
             raise ProxyError(504, f"upstream timed out: {exc!r}", code="upstream_timeout") from exc
@@ -183,6 +185,20 @@ class CompletionsUpstream(Upstream):
             raise ProxyError(
                 502, f"upstream unreachable: {exc!r}", code="upstream_unreachable"
             ) from exc
+
+
+_PROMPT_IDS = b'"prompt_token_ids":['
+
+
+def _without_prompt_ids(data: bytes) -> bytes:
+    """The chunk without the prompt's ids that ``return_token_ids`` echoes in the first one:
+    the proxy sent them, and parsing tens of thousands of them is most of a call's JSON work.
+    (A ``"`` inside a string value is escaped, so the key cannot occur inside text.)"""
+    i = data.find(_PROMPT_IDS)
+    if i < 0:
+        return data
+    j = data.find(b"]", i)
+    return data[:i] + b'"prompt_token_ids":null' + data[j + 1 :] if j > 0 else data
 
 
 def _completion_chunks(event: dict[str, Any]) -> list[Chunk]:

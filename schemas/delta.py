@@ -25,12 +25,29 @@ HISTORY_KEYS = {Dialect.CHAT: "messages", Dialect.RESPONSES: "input", Dialect.ME
 
 
 def common_prefix(a: Sequence[Any], b: Sequence[Any]) -> int:
-    """Length of the longest common prefix of two sequences."""
+    """Length of the longest common prefix of two sequences.
+
+    Compares slices (in C) and bisects to the first difference, so a 30k-token prompt that
+    extends the previous one costs one list comparison instead of a Python loop per token.
+    """
     n = min(len(a), len(b))
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i
+    if type(a) is not type(b) or not isinstance(a, list | tuple | str):
+        i = 0
+        while i < n and a[i] == b[i]:
+            i += 1
+        return i
+    if a[:n] == b[:n]:
+        return n
+    lo, hi = 0, n  # a[:lo] == b[:lo]; they differ before hi
+    while hi - lo > 16:
+        mid = (lo + hi) // 2
+        if a[lo:mid] == b[lo:mid]:
+            lo = mid
+        else:
+            hi = mid
+    while a[lo] == b[lo]:
+        lo += 1
+    return lo
 
 
 def dump_json(value: Any) -> str:

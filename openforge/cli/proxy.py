@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from proxy.config import PauseMode, UpstreamKind
+from proxy.render import RenderMode
 
 
 def proxy(
@@ -70,6 +71,10 @@ def proxy(
     finished_rollouts: Annotated[
         int, typer.Option(help="Finished rollouts remembered for late rewards.")
     ] = 10_000,
+    render_mode: Annotated[
+        RenderMode,
+        typer.Option(help="Continuations: render a verified window (auto), both (verify), full."),
+    ] = RenderMode.AUTO,
 ) -> None:
     """Serve the capture proxy: harnesses talk to it, it records every call."""
     import sys
@@ -97,6 +102,7 @@ def proxy(
         max_tokens_cap=max_tokens_cap,
         max_model_len=max_model_len,
         finished_rollouts=finished_rollouts,
+        render_mode=render_mode,
     )
     # The publisher encodes events in a worker thread; a short GIL switch interval keeps that
     # from holding up the event loop (the default 5 ms shows up in p99 latency).

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import time
 from collections.abc import AsyncIterator
 
+import orjson
 import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -72,11 +72,11 @@ def create_app(model_dir: str, tokens: int, token_delay: float = 0.0) -> Starlet
         }
         if prompt is not None and kind == "chat":
             body["prompt_token_ids"] = prompt
-        return f"data: {json.dumps(body)}\n\n".encode()
+        return b"data: " + orjson.dumps(body) + b"\n\n"
 
     def endpoint(kind: str):  # type: ignore[no-untyped-def]
         async def run(request: Request) -> Response:
-            body = await request.json()
+            body = orjson.loads(await request.body())
             temperature = body.get("temperature")
             if isinstance(temperature, int | float) and temperature < 0:
                 # vLLM's answer to an invalid sampling parameter (status and error shape).
