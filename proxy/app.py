@@ -149,7 +149,7 @@ def create_app(
             config.upstream_url, model, timeout=config.upstream_timeout, decode=renderer.decode_text
         )
         publisher = Publisher(
-            open_log or (lambda: open_writer(config.log_url)),
+            open_log or (lambda: open_writer(config.log_url, fsync=config.log_fsync)),
             config.spool_dir,
             high_water=config.publish_high_water,
             on_publish=metrics.on_publish,

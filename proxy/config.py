@@ -67,6 +67,10 @@ class ProxyConfig:
         pause_retry_after: the ``Retry-After`` seconds of that 429.
         pause_timeout: seconds after which a pause ends by itself (a trainer that died
             mid-swap must not stall every rollout); ``POST /admin/pause`` may name its own.
+        log_fsync: the embedded local log syncs each batch of records to disk before the
+            calls it holds end (False: the records reach the OS first, so they survive a proxy
+            crash but not a machine crash; Kafka's durability is the broker's ack either way).
+            The spool always syncs.
         render_mode: how a continuation's new messages are rendered: ``auto`` (a window of the
             conversation, verified against a full rendering on the first calls), ``verify``
             (both, every call) or ``full`` (see :mod:`proxy.render`); a typo raises ConfigError.
@@ -110,6 +114,7 @@ class ProxyConfig:
     pause_timeout: float = 300.0
     finished_rollouts: int = 10_000
     render_mode: RenderMode = RenderMode.AUTO
+    log_fsync: bool = True
 
     def __post_init__(self) -> None:
         self.upstream_kind = choose(UpstreamKind, self.upstream_kind, "upstream_kind")

@@ -9,12 +9,13 @@ log is back. Delivery is at least once: consumers deduplicate by event id.
 
 Every record ends in exactly one of three places, and is durable there before its receipt
 resolves: the event log (after the log's ``flush``: Kafka with ``acks=all``, the local log's
-fsync), the spool (fsync), or the dead-letter file (:mod:`proxy.deadletter`, fsync) when the
-codec cannot encode it or its frame is over the log's message limit (a frame of several records
-over the limit is split first). A poison record never stops the worker. Any other failure of a
-batch (the spool's disk failing, a bug) keeps the batch and retries it every
-``retry_interval``: the worker supervises itself. Meanwhile :meth:`Publisher.problem` says why,
-so new calls get a 503 and ``/health`` is not ok: a call is never answered and left unrecorded.
+fsync, or with ``log_fsync`` off its write to the OS), the spool (fsync), or the dead-letter
+file (:mod:`proxy.deadletter`, fsync) when the codec cannot encode it or its frame is over the
+log's message limit (a frame of several records over the limit is split first). A poison
+record never stops the worker. Any other failure of a batch (the spool's disk failing, a bug)
+keeps the batch and retries it every ``retry_interval``: the worker supervises itself.
+Meanwhile :meth:`Publisher.problem` says why, so new calls get a 503 and ``/health`` is not ok:
+a call is never answered and left unrecorded.
 """
 
 from __future__ import annotations

@@ -23,8 +23,10 @@ def _log_url(url: str) -> LogUrl:
     return parsed
 
 
-def open_writer(url: str, **options: object) -> EventLogWriter:
-    """A writer; ``options`` go to the Kafka producer (the local log takes none)."""
+def open_writer(url: str, fsync: bool = True, **options: object) -> EventLogWriter:
+    """A writer; ``options`` go to the Kafka producer (the local log takes none). ``fsync``:
+    the local log's ``flush`` syncs to disk (False: it hands the records to the OS, so they
+    survive the writer's crash but not the machine's; Kafka's durability is the broker's ack)."""
     parsed = _log_url(url)
     if parsed.kind is LogKind.KAFKA:
         from infra.eventlog.kafka import KafkaWriter
@@ -32,7 +34,7 @@ def open_writer(url: str, **options: object) -> EventLogWriter:
         return KafkaWriter(parsed.where, **options)
     from infra.eventlog.local import LocalLog
 
-    return LocalLog(parsed.path).writer()
+    return LocalLog(parsed.path).writer(fsync=fsync)
 
 
 def message_limit(url: str) -> int | None:

@@ -75,6 +75,13 @@ def proxy(
         RenderMode,
         typer.Option(help="Continuations: render a verified window (auto), both (verify), full."),
     ] = RenderMode.AUTO,
+    no_fsync: Annotated[
+        bool,
+        typer.Option(
+            help="Local log: records reach the OS, not the disk, before a call ends "
+            "(survives a proxy crash, not a machine crash)."
+        ),
+    ] = False,
 ) -> None:
     """Serve the capture proxy: harnesses talk to it, it records every call."""
     import sys
@@ -103,6 +110,7 @@ def proxy(
         max_model_len=max_model_len,
         finished_rollouts=finished_rollouts,
         render_mode=render_mode,
+        log_fsync=not no_fsync,
     )
     # The publisher encodes events in a worker thread; a short GIL switch interval keeps that
     # from holding up the event loop (the default 5 ms shows up in p99 latency).

@@ -60,3 +60,25 @@ def test_bad_names_are_refused(tmp_path: Path) -> None:
         LocalLog(tmp_path).writer().append("../x", None, b"")
     with pytest.raises(EventLogError, match="invalid consumer group"):
         LocalLog(tmp_path).reader(["t"], "a/b")
+
+
+def _write_then_die(root: str, n: int) -> None:
+    import os
+    import signal
+
+    writer = LocalLog(Path(root)).writer(fsync=False)
+    for i in range(n):
+        writer.append("t", b"k", f"r{i}".encode())
+    writer.flush()
+    os.kill(os.getpid(), signal.SIGKILL)  # no close, no exit handlers
+
+
+def test_a_flush_without_fsync_survives_the_writers_crash(tmp_path: Path) -> None:
+    """``fsync=False`` hands flushed records to the OS: a killed writer loses none of them."""
+    ctx = multiprocessing.get_context("spawn")
+    proc = ctx.Process(target=_write_then_die, args=(str(tmp_path), 300))
+    proc.start()
+    proc.join(60)
+    assert proc.exitcode == -9
+    records = LocalLog(tmp_path).reader(["t"], "g").poll(max_records=1000, timeout=0.1)
+    assert [r.value.decode() for r in records] == [f"r{i}" for i in range(300)]
