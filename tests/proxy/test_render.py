@@ -207,3 +207,23 @@ def test_first_calls_reuse_the_shared_system_prompt_ids(tiny_model_dir: Path) ->
         want = renderer.encode(renderer.render(messages, tools, generation=True))
         assert renderer.prompt_ids(messages, tools) == want
     assert (renderer.stats.head_misses, renderer.stats.head_hits) == (1, 2)
+
+
+@settings(
+    max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    text=st.lists(
+        st.one_of(WORDS, st.sampled_from(["<|im_start|>", "<|im_end|>", "<tool_call>", " é漢"])),
+        max_size=8,
+    ).map("".join)
+)
+def test_the_rust_tokenizer_path_gives_the_wrappers_ids_and_text(
+    renderers: tuple[Renderer, Renderer], text: str
+) -> None:
+    renderer = renderers[0]
+    tok = renderer._tok
+    ids = renderer.encode(text)
+    assert ids == list(tok.encode(text, add_special_tokens=False))
+    assert renderer.decode(ids) == tok.decode(ids, skip_special_tokens=False)
+    assert renderer.decode_text(ids) == tok.decode(ids, skip_special_tokens=True)
