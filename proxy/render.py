@@ -123,13 +123,13 @@ class Renderer:
 
     def decode(self, ids: list[int]) -> str:
         """Text of ids with special tokens spelled out (for aligning with rendered text)."""
-        if self._backend_decodes:
+        if self._backend_decodes and self._backend is not None:
             return str(self._backend.decode(ids, skip_special_tokens=False))
         return str(self._tok.decode(ids, skip_special_tokens=False))
 
     def decode_text(self, ids: list[int]) -> str:
         """Text of ids as the harness sees it (special tokens dropped)."""
-        if self._backend_decodes:
+        if self._backend_decodes and self._backend is not None:
             return str(self._backend.decode(ids, skip_special_tokens=True))
         return str(self._tok.decode(ids, skip_special_tokens=True))
 
