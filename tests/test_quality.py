@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
+
+from infra.paths import cache_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -22,5 +25,10 @@ def test_ruff_clean() -> None:
 
 
 def test_mypy_clean() -> None:
-    result = _run(str(BIN / "mypy"))
+    # mypy's incremental cache lives outside the clone (keyed by module, checked by each file's
+    # hash), so a fresh clone re-checks only what changed: ~3 s instead of ~2 min on 2 cores.
+    env = {**os.environ, "MYPY_CACHE_DIR": str(cache_dir() / "mypy")}
+    result = subprocess.run(
+        [str(BIN / "mypy")], cwd=ROOT, capture_output=True, text=True, timeout=600, env=env
+    )
     assert result.returncode == 0, result.stdout + result.stderr
