@@ -16,7 +16,9 @@ Per-call work is kept proportional to what changed, not to the history:
 - **First calls** (:meth:`Renderer.prompt_ids`) reuse the token ids of the rendered system
   prompt and tools, which every rollout of a run shares, when the rendered text is cut right
   after a special token (the tokenizer splits its input at special tokens, so the ids of the
-  two sides concatenate); each cached head is checked once against a full encoding.
+  two sides concatenate); the split is checked against a full encoding on the first
+  :data:`VERIFIED_WINDOWS` system prompts (in ``verify`` mode, on all of them), and one
+  failure turns it off.
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ class RenderMode(StrEnum):
 
     AUTO = "auto"  # windows, verified on the first calls
     VERIFY = "verify"  # windows compared with a full rendering on every call; full one used
-    FULL = "full"  # always the full conversation
+    FULL = "full"  # always the full conversation, and first calls encoded in full
 
 
 @dataclass
@@ -56,6 +58,7 @@ class RenderStats:
     window_mismatches: int = 0  # windows whose result differed from the full rendering
     head_hits: int = 0  # first calls that reused a cached system prompt's ids
     head_misses: int = 0
+    head_checks: int = 0  # first calls whose split encoding was compared with a full one
 
 
 def _head(messages: list[Message]) -> int:
@@ -98,7 +101,8 @@ class Renderer:
         self._specials = sorted(
             {str(t) for t in self._tok.all_special_tokens if t}, key=len, reverse=True
         )
-        self._heads: OrderedDict[str, list[int] | None] = OrderedDict()
+        self._heads: OrderedDict[str, list[int]] = OrderedDict()
+        self._splits_ok = self.mode is not RenderMode.FULL
         # The Rust tokenizer under a fast tokenizer: the same ids without the Python wrapper's
         # per-call work (several times faster on the short texts of continuations). Decoding
         # goes through it only where the wrapper would not clean up spaces afterwards.
@@ -157,27 +161,33 @@ class Renderer:
         """The prompt for ``messages`` (with the generation prompt), encoded in full except for a
         cached system prompt."""
         text = self.render(messages, tools, generation=True)
-        cut = self._head_cut(messages, tools, text)
+        cut = self._head_cut(messages, tools, text) if self._splits_ok else 0
         if cut == 0:
             return self.encode(text)
         key = text[:cut]
-        if key in self._heads:
+        head_ids = self._heads.get(key)
+        if head_ids is not None:
             self._heads.move_to_end(key)
-            head_ids = self._heads[key]
-            if head_ids is not None:
-                self.stats.head_hits += 1
-                return [*head_ids, *self.encode(text[cut:])]
-            return self.encode(text)
+            self.stats.head_hits += 1
+            return [*head_ids, *self.encode(text[cut:])]
         self.stats.head_misses += 1
-        full = self.encode(text)
-        head_ids = self.encode(key)
-        splits = full[: len(head_ids)] == head_ids and full[len(head_ids) :] == self.encode(
-            text[cut:]
-        )
-        self._heads[key] = head_ids if splits else None
+        head_ids, rest = self.encode(key), self.encode(text[cut:])
+        if self.mode is RenderMode.VERIFY or self.stats.head_checks < self.verify_first:
+            self.stats.head_checks += 1
+            full = self.encode(text)
+            if full != [*head_ids, *rest]:
+                if self.mode is RenderMode.AUTO:
+                    self._splits_ok = False
+                    self._heads.clear()
+                    log.warning(
+                        "this tokenizer does not split at special tokens: first calls are "
+                        "encoded in full from now on (slower, still exact)"
+                    )
+                return full
+        self._heads[key] = head_ids
         if len(self._heads) > HEAD_CACHE_SIZE:
             self._heads.popitem(last=False)
-        return full
+        return [*head_ids, *rest]
 
     # --- continuations ----------------------------------------------------------------------
 
