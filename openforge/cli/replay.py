@@ -110,6 +110,12 @@ def train(
         )
     )
     what = "SFT" if sft else "RL"
+    stats = summary.get("stats")
+    if stats is not None and stats.timed_out_alone:
+        typer.echo(
+            f"{stats.timed_out_alone} selected episodes were alone in their group (no advantage):"
+            " not trained on"
+        )
     typer.echo(
         f"{what} on {summary['selected']} selected episodes: {summary['steps']} steps; "
         f"consumed episodes in {out}/consumed.jsonl, metrics in {out}/metrics.csv"

@@ -11,7 +11,10 @@
    - off-policy RL through the trainer's own loop (:func:`trainer.loop.train`, CPU reference
      backend by default) reading ``archive:OUT/selected``: one pass, every policy version
      admitted (``stale = keep``: the behavior logprobs the proxy recorded drive the importance
-     correction), a group as large as the largest selected group, a smaller one released at once;
+     correction), a group as large as the largest selected group, a smaller one released at once
+     (the archive is read 256 episodes at a time, in group order: a group that straddles two
+     reads is trained as two parts; an episode alone in its group has no advantage and is
+     counted as ``timed_out_alone``, not trained on);
      checkpoints, ``metrics.csv`` and ``consumed.jsonl`` (episodes per step) in ``OUT``; or
    - SFT (``sft``) on the generated tokens of the selected episodes (:mod:`trainer.sft`): each
      run of generated tokens of a sample is one example, its preceding tokens the prompt; the
