@@ -21,6 +21,14 @@ After the verifier (or a failure), the rollout's Pod and Secret are deleted. :me
 deletes every pod and secret of the run; :meth:`close` deletes the run's anchor, and with it,
 by garbage collection, whatever is left. A run's anchor carries an expiry: a later backend in
 the same namespace deletes expired anchors (strays of a run that died with its orchestrator).
+
+Not done here: saving the final workspace (:mod:`orchestrator.final_workspace`, which the local
+backend does), so rollouts of this backend cannot be re-scored by ``openforge replay rescore``.
+The workspace lives in the pod's ``emptyDir`` and dies with the pod; the only channel back is
+the termination message (4 KiB). What it needs: a container between ``agent`` and ``verifier``
+that tars the workspace to storage the orchestrator can read (an object-store bucket or a
+``PersistentVolumeClaim`` shared with it, with its credentials in that container alone), or a
+``pods/exec`` grant in the orchestrator's Role to stream the tar out before the pod is deleted.
 """
 
 from __future__ import annotations

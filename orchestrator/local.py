@@ -10,16 +10,20 @@ Per attempt, under ``job.root`` (host)::
     logs/agent/       /logs/agent inside the agent's sandbox (Harbor's layout)
     logs/verifier/    /logs/verifier inside the verifier's sandbox: reward.txt / reward.json
     agent.out, agent.err, verifier.out, verifier.err
+    final-workspace.tar.gz, final-workspace.json   the workspace as the agent left it, saved
+                      before the verifier runs (size-bounded; :mod:`orchestrator.final_workspace`)
 
 The agent's sandbox sees the workspace, its home, its harness install (read-only), and the
 proxy through the sandbox's forwarder (``http://127.0.0.1:PORT`` inside): nothing of the tests,
 the solution (except for the ``oracle``), other rollouts, the repository or the cache. The
 verifier runs afterwards in a fresh sandbox over the same workspace with ``tests/`` at
-``/tests`` read-only and no network at all.
+``/tests`` read-only and no network at all (:mod:`orchestrator.verifier`, the code path
+``openforge replay rescore`` runs too).
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -27,7 +31,6 @@ from pathlib import Path
 from infra.harnesses import Harness
 from infra.harnesses.base import Endpoint, RolloutDirs
 from infra.sandbox import (
-    Limits,
     Mount,
     ProxyEndpoint,
     SandboxBackend,
@@ -35,17 +38,18 @@ from infra.sandbox import (
     SandboxResult,
     SandboxSpec,
 )
-from infra.tasks import Task, read_reward
+from infra.tasks import Task
+from orchestrator import final_workspace
 from orchestrator.backend import AgentEnd, BackendName, RolloutBackend, Verified
 from orchestrator.backend import RolloutJob as Job
+from orchestrator.verifier import LOGS, VERIFIER_PATH, limits, run_verifier
 from orchestrator.workspace import Prepared, lay_out, notes
 from schemas.enums import RolloutPhase
 from schemas.errors import ConfigError, InfrastructureError, SetupError
 
-LOGS = "/logs"
 SOLUTION = "/solution"
-TESTS = "/tests"
-VERIFIER_PATH = "/usr/local/bin:/usr/bin:/bin"
+
+log = logging.getLogger(__name__)
 
 
 class LocalBackend(RolloutBackend):
@@ -59,11 +63,13 @@ class LocalBackend(RolloutBackend):
         proxy: ProxyEndpoint,
         max_processes: int = 512,
         allow_internet_tasks: bool = False,
+        max_workspace_bytes: int = final_workspace.DEFAULT_LIMIT_BYTES,
     ) -> None:
         self.sandbox = sandbox
         self.proxy = proxy
         self.max_processes = max_processes
         self.allow_internet_tasks = allow_internet_tasks
+        self.max_workspace_bytes = max_workspace_bytes
         self._cancelled = threading.Event()
 
     def check(self, task: Task, harness: Harness) -> list[str]:
@@ -90,9 +96,6 @@ class LocalBackend(RolloutBackend):
             said.append(f"{task.id}: allow_internet = true, run without internet (opted in)")
         return said + notes(task)  # a refused Dockerfile line raises here, before any start
 
-    def _limits(self, task: Task) -> Limits:
-        return Limits(memory_mib=task.environment.memory_mb, max_processes=self.max_processes)
-
     def run(self, job: Job, on_agent_end: Callable[[AgentEnd], None]) -> Verified:
         task = job.task
         if self._cancelled.is_set():
@@ -106,40 +109,24 @@ class LocalBackend(RolloutBackend):
         on_agent_end(agent)
         if self._cancelled.is_set():
             raise InfrastructureError("cancelled")
-        verifier = self.sandbox.run(
-            SandboxSpec(
-                argv=("bash", f"{TESTS}/test.sh"),
-                stdout=job.root / "verifier.out",
-                stderr=job.root / "verifier.err",
-                cwd=workdir,
-                env={
-                    **prepared.env,
-                    "PATH": ":".join([*prepared.path_prefix, VERIFIER_PATH]),
-                    "LANG": "C.UTF-8",
-                    **task.verifier.env,
-                },
-                mounts=(
-                    Mount(dirs["workspace"], workdir, read_only=False),
-                    Mount(task.tests_dir, TESTS, read_only=True),
-                    Mount(dirs["verifier_logs"], f"{LOGS}/verifier", read_only=False),
-                    Mount(dirs["agent_logs"], f"{LOGS}/agent", read_only=True),
-                    *prepared.mounts,
-                ),
-                limits=self._limits(task),
-                timeout_s=task.verifier.timeout_sec,
-            )
+        # The workspace as the agent left it, before the verifier writes anything into it.
+        saved = final_workspace.save_or_note(
+            dirs["workspace"], job.root, workdir, self.max_workspace_bytes
         )
+        if saved.reason is not None:
+            log.warning("rollout %s: %s", job.rollout_id, saved.reason)
+        run = run_verifier(self.sandbox, task, job.root, prepared, self.max_processes)
+        verifier, reward = run.result, run.reward
         if verifier.outcome is not SandboxOutcome.EXITED:
             raise InfrastructureError(f"the verifier did not finish: {verifier.message}")
-        reward = read_reward(dirs["verifier_logs"])
         if reward.reward is None:
             raise InfrastructureError(
                 f"the verifier (exit code {verifier.exit_code}) gave no reward: {reward.error}"
             )
-        files = {
-            name: job.root / name
-            for name in ("agent.out", "agent.err", "verifier.out", "verifier.err")
-        }
+        names = ("agent.out", "agent.err", "verifier.out", "verifier.err")
+        files = {name: job.root / name for name in names}
+        if saved.archive is not None:
+            files[final_workspace.ARCHIVE] = saved.archive
         return Verified(agent, reward, verifier.exit_code, verifier.duration_s, files)
 
     def _run_agent(self, job: Job, prepared: Prepared) -> AgentEnd:
@@ -175,7 +162,7 @@ class LocalBackend(RolloutBackend):
                 mounts=tuple(mounts),
                 # A harness that calls no model (oracle, noop) gets no network at all.
                 proxy=self.proxy if harness.dialect is not None else None,
-                limits=self._limits(task),
+                limits=limits(task, self.max_processes),
                 timeout_s=task.agent.timeout_sec,
                 home=str(dirs["home"]),
             )

@@ -49,6 +49,14 @@ class _Building:
         self.events.append(event.event_id)
 
 
+def reward_order(reward: RewardEvent) -> tuple[int, int, str]:
+    """Rewards of a rollout in the order the join reads them, the one it uses last: by verifier
+    version (the score recorded when the rollout ran has none, counted as 0; a re-score by
+    ``openforge replay rescore`` has N >= 1), then by time. So a re-score wins over the original
+    score, and over an older re-score, in whatever order the events arrive."""
+    return (reward.verifier_version or 0, reward.at_us, reward.event_id)
+
+
 @dataclass(frozen=True)
 class RolloutEvents:
     """A rollout's events, deduplicated by event id and split by type."""
@@ -73,7 +81,7 @@ class RolloutEvents:
             elif isinstance(record, RolloutEvent):
                 lifecycle.append(record)
         completions.sort(key=lambda e: (e.call_index, e.timings.received_us, e.event_id))
-        rewards.sort(key=lambda r: (r.at_us, r.event_id))
+        rewards.sort(key=reward_order)
         lifecycle.sort(key=lambda r: (r.at_us, r.event_id))
         return cls(completions, rewards, lifecycle)
 
@@ -83,7 +91,8 @@ class RolloutEvents:
 
     @property
     def reward(self) -> RewardEvent | None:
-        """The latest reward (a verifier's score may be revised, e.g. by user feedback)."""
+        """The reward of the newest verifier version, the latest of those (a verifier's score
+        may be revised, e.g. by user feedback): see :func:`reward_order`."""
         return self.rewards[-1] if self.rewards else None
 
     def all_ids(self) -> list[str]:

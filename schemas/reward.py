@@ -17,7 +17,10 @@ class RewardEvent:
     components: dict[str, float] = field(default_factory=dict)  # e.g. {"tests": 1.0}
     verifier: str | None = None  # identity of the verifier (name@version, or "user")
     verifier_output: str | None = None  # its log or explanation
-    schema_version: int = 1
+    # The version of the verifier that scored it: None for the score recorded when the rollout
+    # ran; N for a re-score (``openforge replay rescore``). The reward join prefers the highest.
+    verifier_version: int | None = None
+    schema_version: int = 2  # v2: verifier_version
 
     SCHEMA_NAME = "reward"
 
@@ -33,5 +36,6 @@ REWARD_SCHEMA = pa.schema(
         pa.field("components", pa.map_(pa.string(), pa.float64()), nullable=False),
         pa.field("verifier", pa.string()),
         pa.field("verifier_output", pa.large_string()),
+        pa.field("verifier_version", pa.int32()),
     ]
 )

@@ -50,6 +50,13 @@ def run(
     allow_internet_tasks: Annotated[
         bool, typer.Option(help="Run allow_internet tasks anyway (the sandbox has no internet).")
     ] = False,
+    max_workspace_mb: Annotated[
+        float,
+        typer.Option(
+            help="local: save each final workspace (for `openforge replay rescore`) up to this "
+            "size; a larger one is noted, not saved."
+        ),
+    ] = 64.0,
     kubeconfig: Annotated[
         Path | None,
         typer.Option(envvar="KUBECONFIG", help="kubernetes: the cluster (default: in-cluster)."),
@@ -102,7 +109,10 @@ def run(
                 None, endpoint, kubeconfig=kubeconfig, pod=settings
             )
         return ROLLOUT_BACKENDS.get(backend)(
-            sandbox(), endpoint, allow_internet_tasks=allow_internet_tasks
+            sandbox(),
+            endpoint,
+            allow_internet_tasks=allow_internet_tasks,
+            max_workspace_bytes=int(max_workspace_mb * (1 << 20)),
         )
 
     def orchestrate(admin: ProxyAdmin, endpoint: ProxyEndpoint, model_name: str) -> None:

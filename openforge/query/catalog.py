@@ -186,8 +186,8 @@ REWARDS = View(
     "rewards",
     "one row per reward event (a verifier's score of a rollout)",
     f"""
-    SELECT event_id, rollout_id, task_id, reward, components, verifier, verifier_output, at_us,
-        schema_version, date
+    SELECT event_id, rollout_id, task_id, reward, components, verifier, verifier_version,
+        verifier_output, at_us, schema_version, date
     FROM {_unique("raw.reward", "event_id")}
     """,
     (
@@ -197,6 +197,11 @@ REWARDS = View(
         ("reward", "the scalar reward"),
         ("components", "named parts of the reward (map), e.g. {'tests': 1.0}"),
         ("verifier", "who judged it (name@version, or user)"),
+        (
+            "verifier_version",
+            "null: the score recorded when the rollout ran; N: a re-score (`openforge replay "
+            "rescore`); the episode's reward is the highest version's",
+        ),
         ("verifier_output", "the verifier's log or explanation"),
         ("at_us", "when the reward was recorded"),
         ("schema_version", "the record's schema version"),

@@ -67,3 +67,17 @@ def test_a_rollout_with_no_missing_events_assembles_and_a_dead_letter_never_fail
     dead = assemble_dead_letter(rollout.rollout_id, kept, 0, "why")
     assert dead.dead_letter is not None and dead.dead_letter.startswith("why")
     assert set(dead.lineage) == {r.event_id for r in kept}
+
+
+def test_the_reward_join_prefers_the_newest_verifier_version_in_any_order() -> None:
+    from schemas.reward import RewardEvent
+
+    rollout = make_rollout(7, calls=3)
+    original = next(r for r in rollout.records if isinstance(r, RewardEvent))
+    v1 = RewardEvent("rw-v1", rollout.rollout_id, 0.25, original.at_us + 10, verifier_version=1)
+    v2 = RewardEvent("rw-v2", rollout.rollout_id, 0.5, original.at_us + 5, verifier_version=2)
+    # A reward without a version recorded after the re-scores (an older writer) still loses.
+    late = RewardEvent("rw-late", rollout.rollout_id, 0.75, original.at_us + 20)
+    for order in ([v2, v1, late], [late, v1, v2]):
+        episode = assemble(rollout.rollout_id, [*rollout.records, *order], created_us=0)
+        assert episode.reward == 0.5

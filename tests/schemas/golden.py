@@ -87,6 +87,7 @@ RECORDS: list[Record] = [
         components={"tests": 0.75},
         verifier="pytest@8",
         verifier_output="3 passed, 1 failed",
+        schema_version=1,
     ),
     RolloutEvent(
         "ro-2", "r1", RolloutPhase.FINISHED, T0 + 40, exit_code=0, duration_s=0.04, schema_version=1

@@ -1,0 +1,303 @@
+"""``openforge replay rescore``: score a run's saved final workspaces again with a (changed)
+verifier, publish the new rewards, and rebuild the episodes whose reward changed.
+
+Per verified rollout of the run (``RUN/rollouts/ID/`` and ``RUN/eval/ID/``) whose task is in the
+given task set and whose final workspace was saved (:mod:`orchestrator.final_workspace`):
+
+1. the attempt is laid out afresh under ``RUN/rescore/vN/rollouts/ID/`` (the task's files, its
+   Dockerfile's environment), the saved workspace is restored into its workspace and the agent's
+   logs are copied back;
+2. the task's verifier runs in the bubblewrap sandbox, by the orchestrator's own code path
+   (:func:`orchestrator.verifier.run_verifier`: ``tests/`` read-only, no network);
+3. its reward becomes a :class:`~schemas.reward.RewardEvent` with ``verifier_version`` N,
+   appended to the run's event archive (``RUN/archive/record=reward/``), where the reward join
+   prefers it over the score recorded when the rollout ran (:func:`pipeline.assembly.reward_order`).
+
+Then the events of the rollouts whose reward (or its components) changed are copied into
+``RUN/rescore/vN/events/`` and assembled again by the batch pipeline (``run_replay``) into the
+episode archive (default ``RUN/episodes/``: ``episodes/`` and ``deadletter/``), where the rebuilt
+episodes (same ids, later ``created_us``) supersede the old ones in ``openforge query`` and in
+``openforge replay train``. ``RUN/rescore/vN/report.json`` keeps every rollout's old and new
+reward.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from infra.sandbox import SandboxBackend, SandboxOutcome
+from infra.tasks import Task, load_dataset
+from orchestrator import final_workspace
+from orchestrator.rundir import Status
+from orchestrator.verifier import run_verifier
+from orchestrator.workspace import lay_out
+from pipeline.assembly import reward_order
+from pipeline.jobs import Outputs, RunReport, run_replay
+from schemas.archive import ArchiveWriter, read_archive
+from schemas.codec import Record
+from schemas.completion import CompletionEvent
+from schemas.episode import Episode, episode_id_for
+from schemas.errors import ConfigError, OpenForgeError
+from schemas.reward import RewardEvent
+from schemas.rollout import RolloutEvent
+
+ROLLOUT_DIRS = ("rollouts", "eval")  # where a run keeps its rollouts' directories
+# Batch assembly of old events with a new reward: a re-score may come weeks after the rollout,
+# and the whole history is at hand, so no reward is late.
+REPLAY_LATENESS_S = 10 * 365 * 24 * 3600.0
+
+
+@dataclass(frozen=True)
+class RescoreConfig:
+    """Attributes:
+    run: the run directory (``openforge rollouts run --out`` or ``openforge train``'s).
+    tasks: the task set with the (changed) verifiers; rollouts of other tasks are skipped.
+    verifier_version: the new rewards' version (None: one above the highest recorded).
+    episodes_out: the episode archive the rebuilt episodes go to (None: ``RUN/episodes``).
+    concurrency: verifier sandboxes at once.
+    beam_args: Beam options of the rebuild (default: Prism on this machine).
+    """
+
+    run: Path
+    tasks: Path
+    verifier_version: int | None = None
+    episodes_out: Path | None = None
+    concurrency: int = 2
+    beam_args: Sequence[str] = ()
+
+    def __post_init__(self) -> None:
+        if self.verifier_version is not None and self.verifier_version < 1:
+            raise ConfigError(
+                f"--verifier-version must be 1 or more (the recorded scores are version 0), "
+                f"not {self.verifier_version}"
+            )
+        if self.concurrency < 1:
+            raise ConfigError(f"--concurrency must be at least 1, not {self.concurrency}")
+
+
+@dataclass
+class Rescored:
+    """One rollout's re-score: the reward the join used before, the new one, or why none."""
+
+    rollout_id: str
+    task_id: str
+    old_reward: float | None
+    new_reward: float | None = None
+    old_components: dict[str, float] = field(default_factory=dict)
+    new_components: dict[str, float] = field(default_factory=dict)
+    error: str | None = None
+
+    @property
+    def changed(self) -> bool:
+        """The reward the join uses changed (its components may change without it)."""
+        return self.error is None and self.new_reward != self.old_reward
+
+    @property
+    def episode_changes(self) -> bool:
+        """The episode would differ: its reward or its reward's components changed."""
+        return self.changed or (self.error is None and self.new_components != self.old_components)
+
+
+@dataclass
+class RescoreReport:
+    version: int
+    rescored: list[Rescored]
+    skipped: dict[str, str]  # rollout id -> why it was not re-scored
+    rebuilt: list[str]  # episode ids rebuilt
+    pipeline: RunReport | None
+    directory: Path
+
+    def by_task(self) -> list[tuple[str, int, int, int]]:
+        """(task, rollouts re-scored, rewards changed, episodes rebuilt), per task."""
+        rebuilt = set(self.rebuilt)
+        rows: dict[str, tuple[int, int, int]] = {}
+        for r in self.rescored:
+            n, changed, built = rows.get(r.task_id, (0, 0, 0))
+            rows[r.task_id] = (
+                n + (r.error is None),
+                changed + r.changed,
+                built + (episode_id_for(r.rollout_id) in rebuilt),
+            )
+        return [(task, *counts) for task, counts in sorted(rows.items())]
+
+
+def _rollout_dirs(run: Path) -> list[Path]:
+    return sorted(
+        p.parent for sub in ROLLOUT_DIRS for p in (run / sub).glob("*/result.json") if p.is_file()
+    )
+
+
+def _archive(run: Path) -> Path:
+    archive = run / "archive"
+    if not (archive / "record=reward").is_dir():
+        raise ConfigError(
+            f"{run} has no event archive with rewards ({archive}/record=reward/): re-scoring "
+            "needs the run's archived events. Pass the run directory of a run that archived "
+            "its events."
+        )
+    return archive
+
+
+def _current_rewards(archive: Path) -> tuple[dict[str, RewardEvent], int]:
+    """The reward the join uses per rollout, and the highest verifier version recorded."""
+    best: dict[str, RewardEvent] = {}
+    top = 0
+    for reward in read_archive(archive, RewardEvent):
+        top = max(top, reward.verifier_version or 0)
+        held = best.get(reward.rollout_id)
+        if held is None or reward_order(reward) > reward_order(held):
+            best[reward.rollout_id] = reward
+    return best, top
+
+
+def _tail(path: Path, limit: int = 4000) -> str | None:
+    try:
+        return path.read_text(errors="replace")[-limit:] or None
+    except OSError:
+        return None
+
+
+def rescore_one(
+    sandbox: SandboxBackend, task: Task, rollout_dir: Path, root: Path
+) -> tuple[float | None, dict[str, float], str | None]:
+    """Verify the saved workspace of ``rollout_dir`` again, laid out under ``root``: (reward,
+    components, error)."""
+    prepared = lay_out(task, root)
+    workspace = prepared.dirs["workspace"]
+    shutil.rmtree(workspace)  # the saved workspace replaces the task's fresh files
+    workspace.mkdir()
+    final_workspace.restore(rollout_dir, workspace)
+    agent_logs = rollout_dir / "logs" / "agent"
+    if agent_logs.is_dir():
+        shutil.copytree(agent_logs, prepared.dirs["agent_logs"], dirs_exist_ok=True)
+    run = run_verifier(sandbox, task, root, prepared)
+    if run.result.outcome is not SandboxOutcome.EXITED:
+        return None, {}, f"the verifier did not finish: {run.result.message}"
+    if run.reward.reward is None:
+        return None, {}, f"the verifier gave no reward: {run.reward.error}"
+    return run.reward.reward, dict(run.reward.components), None
+
+
+def _events_of(archive: Path, rollouts: set[str]) -> list[Record]:
+    out: list[Record] = [r for r in read_archive(archive, RolloutEvent) if r.rollout_id in rollouts]
+    out += [r for r in read_archive(archive, CompletionEvent) if r.rollout_id in rollouts]
+    out += [r for r in read_archive(archive, RewardEvent) if r.rollout_id in rollouts]
+    return out
+
+
+def rescore(
+    cfg: RescoreConfig,
+    sandbox: SandboxBackend,
+    on_rollout: Callable[[Rescored], None] | None = None,
+) -> RescoreReport:
+    """Re-score, publish and rebuild (see the module docstring)."""
+    archive = _archive(cfg.run)
+    tasks = {t.id: t for t in load_dataset(cfg.tasks)}
+    current, top = _current_rewards(archive)
+    version = cfg.verifier_version if cfg.verifier_version is not None else top + 1
+    if version <= top:
+        raise ConfigError(
+            f"verifier version {version} is not newer than the {top} already recorded in "
+            f"{archive}: the reward join would keep version {top}; pass --verifier-version "
+            f"{top + 1} (or leave it out)"
+        )
+    directory = cfg.run / "rescore" / f"v{version}"
+    skipped: dict[str, str] = {}
+    todo: list[tuple[Task, Path]] = []
+    for rollout_dir in _rollout_dirs(cfg.run):
+        result = json.loads((rollout_dir / "result.json").read_text())
+        rid, task_id = rollout_dir.name, result.get("task_id")
+        if result.get("status") != Status.VERIFIED:
+            skipped[rid] = f"not verified ({result.get('status')})"
+        elif task_id not in tasks:
+            skipped[rid] = f"task {task_id!r} is not in {cfg.tasks}"
+        elif not (rollout_dir / final_workspace.ARCHIVE).exists():
+            note = final_workspace.saved_note(rollout_dir) or {}
+            skipped[rid] = str(note.get("reason") or "no saved final workspace")
+        elif rid not in current:
+            skipped[rid] = "no reward of it in the event archive"
+        else:
+            todo.append((tasks[task_id], rollout_dir))
+
+    def one(item: tuple[Task, Path]) -> Rescored:
+        task, rollout_dir = item
+        rid = rollout_dir.name
+        old = current[rid]
+        done = Rescored(rid, task.id, old.reward, old_components=dict(old.components))
+        try:
+            reward, components, error = rescore_one(
+                sandbox, task, rollout_dir, directory / "rollouts" / rid
+            )
+        except (OSError, OpenForgeError) as exc:  # a task that cannot be laid out, no archive
+            reward, components, error = None, {}, str(exc)
+        done.new_reward, done.new_components, done.error = reward, components, error
+        if on_rollout is not None:
+            on_rollout(done)
+        return done
+
+    with ThreadPoolExecutor(cfg.concurrency, thread_name_prefix="rescore") as pool:
+        rescored = list(pool.map(one, todo))
+
+    events = [
+        RewardEvent(
+            event_id=f"rw-{uuid.uuid4().hex}",
+            rollout_id=r.rollout_id,
+            reward=r.new_reward,
+            at_us=time.time_ns() // 1000,
+            task_id=r.task_id,
+            components=r.new_components,
+            verifier=f"{r.task_id}@{tasks[r.task_id].version}",
+            verifier_output=_tail(directory / "rollouts" / r.rollout_id / "verifier.out"),
+            verifier_version=version,
+        )
+        for r in rescored
+        if r.error is None and r.new_reward is not None
+    ]
+    if events:
+        ArchiveWriter(archive).write(events)  # published: the run's durable record of rewards
+
+    changed = {r.rollout_id for r in rescored if r.episode_changes}
+    pipeline, rebuilt = None, []
+    if changed:
+        ArchiveWriter(directory / "events").write(_events_of(archive, changed))
+        out = cfg.episodes_out or cfg.run / "episodes"
+        started = time.time_ns() // 1000
+        pipeline = run_replay(
+            str(directory / "events"),
+            Outputs(archive=str(out)),
+            cfg.beam_args,
+            allowed_lateness_s=REPLAY_LATENESS_S,
+        )
+        wanted = {episode_id_for(rid) for rid in changed}
+        rebuilt = sorted(
+            {
+                e.episode_id
+                for sub in ("episodes", "deadletter")
+                for e in read_archive(out / sub, Episode)
+                if e.episode_id in wanted and e.created_us >= started
+            }
+        )
+    report = RescoreReport(version, rescored, skipped, rebuilt, pipeline, directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "report.json").write_text(
+        json.dumps(
+            {
+                "verifier_version": version,
+                "tasks": str(cfg.tasks),
+                "rescored": [{**asdict(r), "changed": r.changed} for r in rescored],
+                "skipped": skipped,
+                "episodes_rebuilt": rebuilt,
+                "pipeline": pipeline.line() if pipeline else None,
+            },
+            indent=2,
+        )
+        + "\n"
+    )
+    return report
