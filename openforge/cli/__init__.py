@@ -9,6 +9,7 @@ from openforge.cli import (
     pipeline,
     proxy,
     query,
+    replay,
     rollout,
     rollouts,
     services,
@@ -30,6 +31,7 @@ app.add_typer(trainer.app, name="trainer")
 app.add_typer(rollouts.app, name="rollouts")
 app.add_typer(tasks.app, name="tasks")
 app.add_typer(rollout.app, name="rollout")
+app.add_typer(replay.app, name="replay")
 app.command("train")(train.train)
 app.command("demo")(train.demo)
 app.command("proxy")(proxy.proxy)

@@ -1,0 +1,1 @@
+"""Offline replay of a run's archive: rebuild its episodes with the current code."""
