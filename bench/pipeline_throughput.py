@@ -123,7 +123,7 @@ def main() -> None:
             while recs := reader.poll(5000, 0.2):
                 for rec in recs:
                     for record in decode_message(rec.value):
-                        by_rollout.setdefault(record.rollout_id, []).append(record)
+                        by_rollout.setdefault(getattr(record, "rollout_id", ""), []).append(record)
         baseline = [assemble(k, v, created_us=0) for k, v in by_rollout.items()]
         base_s = time.perf_counter() - t0
         assert len(baseline) == args.rollouts

@@ -28,9 +28,11 @@ from apache_beam.options.pipeline_options import (
 
 from infra.eventlog import DEAD_LETTER_TOPIC, EPISODES_TOPIC, EVENTS_TOPIC
 from infra.paths import prism_binary
+from pipeline.archive import ArchiveEvents
 from pipeline.assemble import DEAD_LETTER, NAMESPACE, AssembleEpisodes
 from pipeline.sinks import WriteEpisodes
 from pipeline.sources import RECORDS_PER_CALL, ReadArchive, ReadEventLog
+from schemas.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -43,12 +45,32 @@ _IN_PROCESS = {"FnApiRunner", "DirectRunner", "SwitchingDirectRunner", "BundleBa
 
 @dataclass
 class Outputs:
-    """Where episodes and dead letters go: an event-log URL and/or an archive directory."""
+    """Where episodes and dead letters go: an event-log URL and/or an archive directory.
+
+    Attributes:
+        log_url: the event log whose episodes and dead-letter topics get them.
+        archive: episodes to ``ARCHIVE/episodes/``, dead letters to ``ARCHIVE/deadletter/``
+            (each an archive root).
+        run_archive: one archive root for everything, as ``openforge train`` keeps it in
+            ``RUN/archive/``: episodes and dead letters (``record=episode``, a dead letter with
+            its ``dead_letter`` reason) and, from the streaming job, the raw events it reads.
+    """
 
     log_url: str | None = None
     archive: str | None = None
+    run_archive: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.archive and self.run_archive:
+            raise ConfigError(
+                "give the episodes one archive: --archive DIR (episodes/ and deadletter/ in "
+                "it) or --run-archive DIR (one archive root), not both"
+            )
 
     def sub(self, name: str) -> str | None:
+        """The archive root for ``name`` (``episodes`` or ``deadletter``), if any."""
+        if self.run_archive:
+            return self.run_archive
         return f"{self.archive.rstrip('/')}/{name}" if self.archive else None
 
 
@@ -188,13 +210,16 @@ def run_streaming(
     records_per_call: int | None = None,
 ) -> RunReport:
     """Assemble episodes from the event log as events arrive (``records_per_call`` overrides
-    the runner's read size, for tests that force many checkpoints and splits)."""
+    the runner's read size, for tests that force many checkpoints and splits); with
+    ``out.run_archive``, the events read are archived there too (:mod:`pipeline.archive`)."""
     opts = options(beam_args, streaming=True)
     q = quirks(opts)
     p = beam.Pipeline(options=opts)
     events = p | "ReadEvents" >> ReadEventLog(
         source_url, EVENTS_TOPIC, stop_when_idle_s, records_per_call or q.records_per_call
     )
+    if out.run_archive:
+        events | "ArchiveEvents" >> ArchiveEvents(out.run_archive)
     _assemble_and_write(events, out, allowed_lateness_s, q)
     return _run("run (streaming)", p, opts)
 

@@ -34,26 +34,28 @@ from pathlib import Path
 from infra.eventlog import EVENTS_TOPIC, EventLogWriter
 from infra.eventlog.local import LocalLog
 from proxy.deadletter import DeadLetters
-from schemas.codec import Record, encode_message
+from schemas.codec import RolloutRecord, encode_message
 from schemas.errors import EventLogError
 
 log = logging.getLogger("openforge.proxy.publisher")
 _STOP = object()
 Frame = tuple[bytes, bytes, int]  # (key, frame, records in it)
-Item = tuple[Record, "Future[None] | None"]  # a record, and the receipt its publish waits on
+Item = tuple[RolloutRecord, "Future[None] | None"]  # a record, and the receipt its publish waits on
 FRAME_MARGIN = 64 * 1024  # room under the log's message limit for the key and the envelope
 FLUSH_TIMEOUT = 5.0  # seconds the log may take to confirm a batch before it goes to the spool
 DEAD_AFTER_ATTEMPTS = 3  # a batch that fails this often for a reason not the log's is dead
 
 
-def runs_of(records: Sequence[Record], max_per_frame: int = 32) -> list[tuple[bytes, list[Record]]]:
+def runs_of(
+    records: Sequence[RolloutRecord], max_per_frame: int = 32
+) -> list[tuple[bytes, list[RolloutRecord]]]:
     """Records grouped for frames keyed by rollout id: each rollout's records keep their order,
     and a run of same-typed records of one rollout shares a frame (Arrow's per-frame cost is
     paid once)."""
-    by_rollout: dict[str, list[Record]] = {}
+    by_rollout: dict[str, list[RolloutRecord]] = {}
     for record in records:
         by_rollout.setdefault(str(record.rollout_id), []).append(record)
-    out: list[tuple[bytes, list[Record]]] = []
+    out: list[tuple[bytes, list[RolloutRecord]]] = []
     for rollout_id, group in by_rollout.items():
         key, run = rollout_id.encode("utf-8", "backslashreplace"), [group[0]]
         for record in group[1:]:
@@ -142,7 +144,7 @@ class Publisher:
 
     # --- producer side ------------------------------------------------------------------------
 
-    def publish(self, records: Sequence[Record]) -> Receipt:
+    def publish(self, records: Sequence[RolloutRecord]) -> Receipt:
         """Queue records (never blocks); the receipt resolves when all are durable."""
         future: Future[None] = Future()
         if not records:
@@ -235,7 +237,11 @@ class Publisher:
             reader.close()
 
     def _encode(
-        self, key: bytes, run: list[Record], frames: list[Frame], dead: list[tuple[Record, str]]
+        self,
+        key: bytes,
+        run: list[RolloutRecord],
+        frames: list[Frame],
+        dead: list[tuple[RolloutRecord, str]],
     ) -> None:
         """Frames of ``run`` into ``frames`` (split while over the limit), poison into ``dead``."""
         try:
@@ -307,7 +313,7 @@ class Publisher:
                 break
         return items, item is _STOP
 
-    def _dead_letter(self, record: Record, reason: str) -> None:
+    def _dead_letter(self, record: RolloutRecord, reason: str) -> None:
         log.error("dead-lettered %s of %r: %s", type(record).__name__, record.rollout_id, reason)
         self.dead_letters.write(record, reason)
         self.stats.dead_lettered += 1
@@ -324,7 +330,7 @@ class Publisher:
     def _run(self) -> None:
         batch: list[Item] = []
         frames: list[Frame] | None = None  # the batch's frames, kept across retries
-        dead: list[tuple[Record, str]] = []
+        dead: list[tuple[RolloutRecord, str]] = []
         stopping, attempts = False, 0
         while True:
             try:

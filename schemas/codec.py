@@ -32,9 +32,12 @@ from schemas.episode import EPISODE_SCHEMA, Episode
 from schemas.errors import SchemaError
 from schemas.reward import REWARD_SCHEMA, RewardEvent
 from schemas.rollout import ROLLOUT_SCHEMA, RolloutEvent
+from schemas.step import STEP_SCHEMA, TrainingStep
 
-Record = CompletionEvent | RolloutEvent | RewardEvent | Episode
-R = TypeVar("R", CompletionEvent, RolloutEvent, RewardEvent, Episode)
+# Records of one rollout (published keyed by its id), and every record type.
+RolloutRecord = CompletionEvent | RolloutEvent | RewardEvent | Episode
+Record = RolloutRecord | TrainingStep
+R = TypeVar("R", CompletionEvent, RolloutEvent, RewardEvent, Episode, TrainingStep)
 T = TypeVar("T")
 
 FROZEN_DIR = Path(__file__).with_name("frozen")
@@ -71,6 +74,7 @@ REGISTRY: dict[str, RecordType] = {
         RecordType("rollout", 2, RolloutEvent, ROLLOUT_SCHEMA, 3, lambda r: r.at_us),
         RecordType("reward", 3, RewardEvent, REWARD_SCHEMA, 2, lambda r: r.at_us),
         RecordType("episode", 4, Episode, EPISODE_SCHEMA, 2, lambda r: r.created_us),
+        RecordType("step", 5, TrainingStep, STEP_SCHEMA, 1, lambda r: r.at_us),
     )
 }
 _BY_ID = {t.type_id: t for t in REGISTRY.values()}

@@ -20,6 +20,7 @@ from trainer.algorithms import AlgorithmConfig
 from trainer.backends import BACKENDS, BackendName, make_backend
 from trainer.backends.base import TrainerBackend
 from trainer.batch import to_batch
+from trainer.lineage import StepArchive, step_record
 from trainer.metrics_log import MetricsLog
 from trainer.ranks import Ranks
 from trainer.stream import EpisodeSource, EpisodeStream, StreamConfig, policy_lag
@@ -35,6 +36,8 @@ class TrainerConfig:
         ``archive:DIR``.
     model_dir: the base model (Hugging Face format).
     out_dir: checkpoints, metrics.csv, tensorboard/, reward_curve.png, consumed.jsonl.
+    archive: an archive root (``RUN/archive`` in a training run) that gets one lineage record
+        per update (``schemas.step``, ``trainer.lineage``); None: only consumed.jsonl.
     lora_rank: train a LoRA adapter of this rank (None: full weights).
     backend: ``cpu`` (the reference: transformers, peft, AdamW) or ``verl`` (veRL's FSDP engine;
         one process per GPU under torchrun).
@@ -66,6 +69,7 @@ class TrainerConfig:
     seed: int = 0
     on_step: Callable[[int, dict[str, Any]], None] | None = None
     stop: threading.Event | None = None
+    archive: Path | None = None
 
     def __post_init__(self) -> None:
         BACKENDS.get(self.backend)  # a typo fails here, listing the valid backends
@@ -91,6 +95,7 @@ def train(cfg: TrainerConfig) -> dict[str, Any]:
             "resuming at step %d: %d updates after it are made again", state.step, redone
         )
     consumed = open(cfg.out_dir / "consumed.jsonl", "a")  # noqa: SIM115 - closed below
+    lineage = StepArchive(cfg.archive) if cfg.archive is not None else None
     last_batch = time.monotonic()
     try:
         while cfg.steps is None or state.step < cfg.steps:
@@ -103,6 +108,7 @@ def train(cfg: TrainerConfig) -> dict[str, Any]:
             if episodes is None:
                 continue
             last_batch = time.monotonic()
+            positions = [stream.position(e.episode_id) for e in episodes]
             stream.trained(episodes)
             failpoints.hit("trainer.before_update", state.step + 1)
             t0 = time.perf_counter()
@@ -137,6 +143,10 @@ def train(cfg: TrainerConfig) -> dict[str, Any]:
                 + "\n"
             )
             consumed.flush()
+            if lineage is not None:
+                lineage.write(
+                    step_record(state.step, state.policy_version, episodes, positions, metrics)
+                )
             log.log(state.step, metrics)
             if cfg.on_step is not None:
                 cfg.on_step(state.step, metrics)

@@ -211,6 +211,10 @@ class EpisodeStream:
     def pending(self) -> int:
         return sum(len(g) for g in self._groups.values()) + sum(len(g) for g in self._ready)
 
+    def position(self, episode_id: str) -> Position | None:
+        """Where an admitted episode not yet trained on was read (None: from an archive)."""
+        return self._positions.get(episode_id)
+
     def trained(self, episodes: list[Episode]) -> None:
         for episode in episodes:
             self._positions.pop(episode.episode_id, None)

@@ -27,7 +27,15 @@ def run(
         str | None, typer.Option(help="Event log for episodes (default: the source).")
     ] = None,
     archive: Annotated[
-        str | None, typer.Option(help="Also write episodes to this archive dir.")
+        str | None,
+        typer.Option(help="Also write episodes to DIR/episodes/, dead letters to DIR/deadletter/."),
+    ] = None,
+    run_archive: Annotated[
+        str | None,
+        typer.Option(
+            help="One archive root for the events read, the episodes and the dead letters "
+            "(what openforge train keeps in RUN/archive/)."
+        ),
     ] = None,
     lateness: Annotated[
         float, typer.Option(help="Seconds a rollout waits for its reward.")
@@ -41,7 +49,11 @@ def run(
     from pipeline.jobs import Outputs, run_streaming
 
     report = run_streaming(
-        source, Outputs(to or source, archive), beam_arg or [], lateness, stop_when_idle
+        source,
+        Outputs(to or source, archive, run_archive),
+        beam_arg or [],
+        lateness,
+        stop_when_idle,
     )
     typer.echo(report.line())
 

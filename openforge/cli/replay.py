@@ -1,4 +1,5 @@
-"""``openforge replay``: work again on a recorded run: re-score it, retrain on it."""
+"""``openforge replay``: work again on a recorded run: rebuild its episodes, re-score it,
+retrain on it."""
 
 from __future__ import annotations
 
@@ -10,9 +11,39 @@ import typer
 from trainer.backends import BackendName
 
 app = typer.Typer(
-    help="Re-score a recorded run with a changed verifier, retrain offline on chosen episodes.",
+    help="Rebuild a recorded run's episodes, re-score it with a changed verifier, retrain "
+    "offline on chosen episodes.",
     no_args_is_help=True,
 )
+
+
+@app.command("rebuild")
+def rebuild(
+    from_: Annotated[
+        Path, typer.Option("--from", help="The run's archive (RUN/archive), or the run dir.")
+    ],
+    to: Annotated[Path, typer.Option(help="New or empty dir for the rebuilt episodes.")],
+    lateness: Annotated[
+        float | None,
+        typer.Option(help="Seconds a rollout waits for its reward (default: the run's)."),
+    ] = None,
+    check: Annotated[
+        bool, typer.Option(help="Compare the rebuilt episodes with the archived ones.")
+    ] = True,
+    beam_arg: Annotated[
+        list[str] | None,
+        typer.Option(help="A Beam pipeline option (repeatable); default runner PrismRunner."),
+    ] = None,
+) -> None:
+    """Rebuild every episode from the archived events with the current assembly code (batch
+    Beam) and check that they equal the archived episodes record for record; exit 1 if not."""
+    from openforge.replay.rebuild import rebuild as run
+
+    report = run(from_, to, beam_arg or [], lateness, check)
+    for line in report.lines():
+        typer.echo(line)
+    if report.diff is not None and not report.diff.identical:
+        raise typer.Exit(1)
 
 
 @app.command("rescore")
@@ -25,7 +56,7 @@ def rescore(
     ] = None,
     to: Annotated[
         Path | None,
-        typer.Option(help="Episode archive for the rebuilt episodes (default: RUN/episodes)."),
+        typer.Option(help="Episode archive for the rebuilt episodes (default: the run's)."),
     ] = None,
     concurrency: Annotated[int, typer.Option(help="Verifier sandboxes at once.")] = 2,
     beam_arg: Annotated[

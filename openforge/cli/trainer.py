@@ -58,6 +58,10 @@ def run(
     ] = None,
     admin_token: Annotated[str | None, typer.Option(envvar="OPENFORGE_ADMIN_TOKEN")] = None,
     lora_name: Annotated[str, typer.Option(help="Adapter name served by vLLM.")] = "policy",
+    archive: Annotated[
+        Path | None,
+        typer.Option(help="Archive root for one lineage record per update (query: steps)."),
+    ] = None,
 ) -> None:
     """Consume episodes, update the policy, hand weights to vLLM, checkpoint; resumable."""
     from schemas.registry import choose
@@ -94,6 +98,7 @@ def run(
             steps=steps,
             idle_timeout=idle_timeout,
             sync=sync,
+            archive=archive,
         )
     )
     typer.echo(

@@ -1,8 +1,9 @@
 """The documented views of ``openforge query``: their SQL, a description and one line per column.
 
 Each view reads the raw records of one record type (``raw.completion``, ``raw.rollout``,
-``raw.reward``, ``raw.episode``: every field as stored, duplicates included) or the trainer's
-lineage (``raw.consumed``), and shows them deduplicated and flattened into plain columns.
+``raw.reward``, ``raw.episode``, ``raw.step``: every field as stored, duplicates included; for
+runs older than the step records, also the trainer's ``consumed.jsonl`` as ``raw.consumed``),
+and shows them deduplicated and flattened into plain columns.
 Records delivered twice (the event log is at-least-once) appear once: by ``event_id``, and for
 episodes by ``episode_id``, where an episode supersedes a dead letter of the same rollout.
 
@@ -292,14 +293,45 @@ FORKS = View(
     ),
 )
 
+# The step records that count: of the records of one step, the latest; and none that a record
+# of an earlier or the same step written after it superseded (a resumed trainer redoes the
+# updates after its checkpoint, so what came after them in the first launch never happened).
+_STEPS = """(
+    SELECT * FROM raw.step r
+    WHERE NOT EXISTS (SELECT 1 FROM raw.step q WHERE q.step <= r.step AND q.at_us > r.at_us)
+    QUALIFY row_number() OVER (PARTITION BY step ORDER BY at_us DESC) = 1
+)"""
+
 STEPS = View(
     "steps",
-    "one row per (training step, episode) the trainer consumed, with the step's metrics",
-    "SELECT step, episode_id, metrics FROM raw.consumed",
+    "one row per (training step, episode) the trainer consumed: the step's lineage and metrics",
+    f"""
+    SELECT step, e.episode_id AS episode_id, e.rollout_id AS rollout_id, e.task_id AS task_id,
+        e.group_id AS group_id, e.reward AS reward, e.policy_versions AS policy_versions,
+        e.topic AS log_topic, e."partition" AS log_partition, e."offset" AS log_offset,
+        policy_version, at_us, metrics
+    FROM (SELECT *, unnest(episodes) AS e FROM {_STEPS})
+    UNION ALL BY NAME
+    SELECT step, episode_id, metrics FROM raw.consumed
+    WHERE step NOT IN (SELECT step FROM raw.step)
+    """,
     (
         ("step", "the trainer's update number (1-based)"),
         ("episode_id", "an episode the update consumed (join `episodes` on it)"),
-        ("metrics", "the step's row of metrics.csv (map), e.g. metrics['reward/mean']"),
+        ("rollout_id", "the rollout the episode was assembled from"),
+        ("task_id", "the task of the rollout"),
+        ("group_id", "its group (GRPO group)"),
+        ("reward", "the episode's reward as trained on"),
+        ("policy_versions", "the distinct policy versions of its generated tokens, ascending"),
+        ("log_topic", "the event-log topic the trainer read the episode from (null: an archive)"),
+        ("log_partition", "the topic's partition"),
+        ("log_offset", "the record offset in that partition"),
+        ("policy_version", "the version the update's weights were served as"),
+        ("at_us", "when the update was done"),
+        (
+            "metrics",
+            "the step's metrics (map), e.g. metrics['reward/mean'], metrics['actor/pg_loss']",
+        ),
     ),
 )
 

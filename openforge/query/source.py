@@ -3,9 +3,10 @@
 A query reads any of:
 
 - an archive root in the layout of :mod:`schemas.archive` (``ROOT/record=NAME/date=.../``);
-- a run directory: ``archive/`` (an archive root), the episode archives that the pipeline of
-  ``openforge train`` writes (``episodes/episodes/`` and ``episodes/deadletter/``) and
-  ``trainer/`` (``consumed.jsonl``, ``metrics.csv``). Each part may be missing.
+- a run directory: ``archive/`` (an archive root: what ``openforge train`` keeps, its events,
+  episodes, dead letters and step lineage), the episode archives of runs from before it
+  (``episodes/episodes/`` and ``episodes/deadletter/``) and ``trainer/`` (``consumed.jsonl``,
+  ``metrics.csv``: the lineage of runs without step records). Each part may be missing.
 """
 
 from __future__ import annotations

@@ -105,8 +105,9 @@ def describe(con: duckdb.DuckDBPyConnection) -> str:
         lines += [f"  {c:<{name_w}}  {t:<{type_w}}  {doc}" for c, t, doc in cols]
         lines.append("")
     lines.append(
-        "raw.completion, raw.rollout, raw.reward, raw.episode: every field of the records as "
-        "stored (duplicate deliveries included); raw.consumed: the trainer's consumed.jsonl."
+        "raw.completion, raw.rollout, raw.reward, raw.episode, raw.step: every field of the "
+        "records as stored (duplicate deliveries included); raw.consumed: the trainer's "
+        "consumed.jsonl (steps reads it for runs without step records)."
     )
     return "\n".join(lines)
 

@@ -60,7 +60,8 @@ class RescoreConfig:
     run: the run directory (``openforge rollouts run --out`` or ``openforge train``'s).
     tasks: the task set with the (changed) verifiers; rollouts of other tasks are skipped.
     verifier_version: the new rewards' version (None: one above the highest recorded).
-    episodes_out: the episode archive the rebuilt episodes go to (None: ``RUN/episodes``).
+    episodes_out: the episode archive the rebuilt episodes go to (None: the run's archive
+        root ``RUN/archive`` where it holds episodes, else ``RUN/episodes``).
     concurrency: verifier sandboxes at once.
     beam_args: Beam options of the rebuild (default: Prism on this machine).
     """
@@ -267,11 +268,15 @@ def rescore(
     pipeline, rebuilt = None, []
     if changed:
         ArchiveWriter(directory / "events").write(_events_of(archive, changed))
-        out = cfg.episodes_out or cfg.run / "episodes"
+        # Beside the run's episodes: in its one archive root (runs of `openforge train`), or
+        # in the episodes/ and deadletter/ roots of the older layout.
+        one_root = cfg.episodes_out is None and (archive / "record=episode").is_dir()
+        out = archive if one_root else (cfg.episodes_out or cfg.run / "episodes")
+        roots = [out] if one_root else [out / "episodes", out / "deadletter"]
         started = time.time_ns() // 1000
         pipeline = run_replay(
             str(directory / "events"),
-            Outputs(archive=str(out)),
+            Outputs(run_archive=str(out)) if one_root else Outputs(archive=str(out)),
             cfg.beam_args,
             allowed_lateness_s=REPLAY_LATENESS_S,
         )
@@ -279,8 +284,8 @@ def rescore(
         rebuilt = sorted(
             {
                 e.episode_id
-                for sub in ("episodes", "deadletter")
-                for e in read_archive(out / sub, Episode)
+                for root in roots
+                for e in read_archive(root, Episode)
                 if e.episode_id in wanted and e.created_us >= started
             }
         )

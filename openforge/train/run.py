@@ -6,7 +6,8 @@ What it starts, in order (each stopped on exit, Ctrl-C or SIGTERM, in reverse):
    ``trainer.lora_rank = 0``, as full weights reloaded in place);
 2. the capture proxy on the event log (the embedded local log under the run directory by
    default, or ``kafka://``), with a Unix socket the sandboxes reach it through;
-3. the streaming Beam pipeline, writing episodes to the log and to a Parquet archive;
+3. the streaming Beam pipeline, writing episodes to the log, and the events it reads, the
+   episodes and the dead letters to the run's Parquet archive;
 4. the rollout driver: the orchestrator plays the training tasks with the harness in sandboxes,
    paced to the trainer (``driver.py``), and the held-out split every few versions;
 5. the trainer (in this thread): updates from finished episodes, new weights to vLLM, the
@@ -16,9 +17,10 @@ Rerunning with the same run directory resumes from the trainer's last checkpoint
 that checkpoint's weights at its policy version and the driver continues with the next update.
 
 Run directory: ``config.toml`` (resolved), ``services/`` (vLLM and proxy logs, the proxy's spool),
-``log/`` (the event log), ``episodes/`` (Parquet archive), ``pipeline.log``, ``rollouts/`` and
-``eval/`` (one directory per rollout), ``trainer/`` (metrics.csv, TensorBoard, checkpoints,
-exported weights), ``eval.csv``, ``curves.png``, ``summary.json``.
+``log/`` (the event log), ``archive/`` (the Parquet archive: completion, rollout and reward
+events, episodes and dead letters, and the trainer's step lineage), ``pipeline.log``,
+``rollouts/`` and ``eval/`` (one directory per rollout), ``trainer/`` (metrics.csv, TensorBoard,
+checkpoints, exported weights), ``eval.csv``, ``curves.png``, ``summary.json``.
 """
 
 from __future__ import annotations
@@ -210,7 +212,7 @@ class TrainingRun:
             self.say(f"proxy at {admin.url}; events in {log_url}")
             pipeline_argv = [
                 sys.executable, "-m", "openforge", "pipeline", "run", "--source", log_url,
-                "--archive", str(self.root / "episodes"),
+                "--run-archive", str(self.root / "archive"),
                 "--lateness", str(cfg.pipeline.lateness_s),
                 *[f"--beam-arg={a}" for a in cfg.pipeline.beam_args],
             ]  # fmt: skip
@@ -365,6 +367,7 @@ class TrainingRun:
                 sync=sync,
                 on_step=self._on_step,
                 stop=self.stop,
+                archive=self.root / "archive",
             )
         )
 

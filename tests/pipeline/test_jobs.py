@@ -14,10 +14,13 @@ from infra.local.vllm import VLLMServer
 from openforge.testing.proxy import completions_of, proxy_config, read_events, running_proxy
 from openforge.testing.rollouts import make_rollout
 from pipeline.jobs import Outputs, run_replay, run_streaming
-from schemas.archive import ArchiveWriter, read_archive
+from schemas.archive import read_archive
 from schemas.codec import decode_message, encode_message
+from schemas.completion import CompletionEvent
 from schemas.delta import Reconstructor
 from schemas.episode import Episode, episode_id_for
+from schemas.reward import RewardEvent
+from schemas.rollout import RolloutEvent
 
 
 def _episodes(url: str, topic: str, group: str) -> list[Episode]:
@@ -42,24 +45,37 @@ def _summary(episodes: list[Episode]) -> dict[str, tuple[object, ...]]:
 
 
 def test_streaming_from_the_local_log_and_replay_from_the_archive_agree(tmp_path: Path) -> None:
+    """The streaming job archives the events it reads (each event id once, a bad frame counted
+    and skipped) beside its episodes; a replay of that archive rebuilds the same episodes."""
     url = f"local:{tmp_path / 'log'}"
     # Enough rollouts that the assembly's timers fire in bundles of many (see pipeline.jobs).
     rollouts = [make_rollout(i, f"r{i}", calls=6, with_reward=i != 2) for i in range(120)]
-    records = [rec for r in rollouts for rec in r.records]
+    records = [rec for r in rollouts for rec in r.records]  # with duplicate deliveries
     with open_writer(url) as writer:
         for rec in records:
             writer.append(EVENTS_TOPIC, rec.rollout_id.encode(), encode_message([rec]))
-    ArchiveWriter(tmp_path / "events").write(records)
+        writer.append(EVENTS_TOPIC, b"r-garbled", b"OF not a frame")
 
     streaming = run_streaming(
-        url, Outputs(url, str(tmp_path / "stream")), allowed_lateness_s=5, stop_when_idle_s=3
-    )
+        url, Outputs(url, run_archive=str(tmp_path / "stream")), allowed_lateness_s=5,
+        stop_when_idle_s=3,
+    )  # fmt: skip
     replay = run_replay(
-        str(tmp_path / "events"), Outputs(None, str(tmp_path / "replay")), allowed_lateness_s=5
+        str(tmp_path / "stream"), Outputs(None, str(tmp_path / "replay")), allowed_lateness_s=5
     )
     assert streaming.runner == replay.runner == "PrismRunner"
-    assert streaming.counters["log_records_read"] == len(records)
+    assert streaming.counters["log_records_read"] == len(records) + 1
     assert streaming.counters["episodes_emitted"] == len(rollouts) - 1
+    distinct = {r.event_id: r for r in records}  # type: ignore[union-attr]
+    assert streaming.counters["events_archived"] == len(distinct)
+    assert streaming.counters["events_already_archived"] == len(records) - len(distinct)
+    assert streaming.counters["events_not_archived"] == 1
+    archived = [
+        r
+        for cls in (CompletionEvent, RolloutEvent, RewardEvent)
+        for r in read_archive(tmp_path / "stream", cls)
+    ]
+    assert sorted(archived, key=repr) == sorted(distinct.values(), key=repr)
 
     streamed = _episodes(url, EPISODES_TOPIC, "t") + _episodes(url, DEAD_LETTER_TOPIC, "t")
     replayed = list(read_archive(tmp_path / "replay" / "episodes", Episode)) + list(
@@ -73,10 +89,12 @@ def test_streaming_from_the_local_log_and_replay_from_the_archive_agree(tmp_path
         assert (reward, dead) == (
             (None, "no reward by the deadline") if r.rollout_id == "r2" else (r.reward, None)
         )
-    archived = list(read_archive(tmp_path / "stream" / "episodes", Episode))
-    assert sorted(e.episode_id for e in archived) == sorted(
-        episode_id_for(r.rollout_id) for r in rollouts if r.rollout_id != "r2"
-    )
+    # One archive root: episodes and the dead letter side by side (record=episode).
+    in_archive = {e.episode_id: e.dead_letter for e in read_archive(tmp_path / "stream", Episode)}
+    assert in_archive == {
+        episode_id_for(r.rollout_id): "no reward by the deadline" if r.rollout_id == "r2" else None
+        for r in rollouts
+    }
 
 
 def test_proxy_to_kafka_to_pipeline_to_episodes_topic(

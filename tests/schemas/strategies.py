@@ -9,6 +9,7 @@ from schemas.enums import CompletionStatus, ContinuityClass, Dialect, RolloutPha
 from schemas.episode import Episode, Fork, Sample
 from schemas.reward import RewardEvent
 from schemas.rollout import RolloutEvent
+from schemas.step import ConsumedEpisode, TrainingStep
 
 INT32 = st.integers(-(2**31), 2**31 - 1)
 UINT31 = st.integers(0, 2**31 - 1)
@@ -153,4 +154,26 @@ def episodes(draw: st.DrawFn) -> Episode:
     )
 
 
-ANY_RECORD = st.one_of(completions, rollouts, rewards, episodes())
+consumed_episodes = st.builds(
+    ConsumedEpisode,
+    episode_id=IDS,
+    rollout_id=IDS,
+    task_id=OPT_TEXT,
+    group_id=OPT_TEXT,
+    reward=st.none() | F64,
+    policy_versions=st.lists(INT64, max_size=3),
+    topic=OPT_TEXT,
+    partition=st.none() | INT32,
+    offset=st.none() | INT64,
+)
+
+steps = st.builds(
+    TrainingStep,
+    step=INT64,
+    at_us=TIME_US,
+    policy_version=INT64,
+    episodes=st.lists(consumed_episodes, max_size=6),
+    metrics=st.dictionaries(TEXT, F64, max_size=6),  # NaN aside: it never equals itself
+)
+
+ANY_RECORD = st.one_of(completions, rollouts, rewards, episodes(), steps)

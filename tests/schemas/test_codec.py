@@ -22,15 +22,15 @@ from schemas.codec import (
 from schemas.completion import CompletionEvent, Timings
 from schemas.enums import Dialect
 from schemas.errors import SchemaError
-from tests.schemas.strategies import ANY_RECORD, completions, episodes, rewards, rollouts
+from tests.schemas.strategies import ANY_RECORD, completions, episodes, rewards, rollouts, steps
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 @pytest.mark.parametrize(
     "strategy",
-    [completions, rollouts, rewards, episodes()],
-    ids=["completion", "rollout", "reward", "episode"],
+    [completions, rollouts, rewards, episodes(), steps],
+    ids=["completion", "rollout", "reward", "episode", "step"],
 )
 @SETTINGS
 @given(data=st.data())

@@ -16,6 +16,7 @@ from pathlib import Path
 from infra.eventlog import EPISODES_TOPIC, open_writer
 from infra.failpoints import ENV
 from infra.local.vllm import VLLMServer
+from openforge.query.views import open_views
 from schemas.codec import encode_message
 from tests.trainer.test_loop import _consumed, _episodes
 
@@ -29,6 +30,7 @@ def _trainer(url: str, model: Path, out: Path, vllm: str, failpoint: str | None)
         "--model", str(model), "--out", str(out), "--vllm", vllm, "--group-size", "4",
         "--token-budget", "80", "--idle-timeout", "3", "--lr", "1e-2",
         "--max-staleness", "100",  # the episodes are all of version 0: none is stale here
+        "--archive", str(out / "archive"),
     ]  # fmt: skip
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     if failpoint is None:
@@ -74,3 +76,15 @@ def test_killed_anywhere_each_episode_is_trained_once_and_versions_never_repeat(
     rows = list(csv.DictReader((out / "metrics.csv").read_text().splitlines()))
     assert [int(r["step"]) for r in rows] == [1, 2, 3, 4, 5, 6]  # appended, redone steps once
     assert [float(r["policy/version"]) for r in rows][-1] == versions[-1]
+
+    # The step lineage (written durably before each checkpoint) says the same: each step once,
+    # as it was last made, with its episodes and the version its weights were served as.
+    lineage = open_views(out / "archive").sql(
+        "SELECT step, list(episode_id ORDER BY episode_id), any_value(policy_version) "
+        "FROM steps GROUP BY step ORDER BY step"
+    )
+    ledger = [json.loads(line) for line in (out / "consumed.jsonl").read_text().splitlines()]
+    assert lineage.fetchall() == [
+        (row["step"], sorted(row["episodes"]), int(float(r["policy/version"])))
+        for row, r in zip(ledger, rows, strict=True)
+    ]

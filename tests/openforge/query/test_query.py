@@ -32,6 +32,7 @@ from schemas.completion import CompletionEvent, PolicySpan
 from schemas.episode import Episode
 from schemas.reward import RewardEvent
 from schemas.rollout import RolloutEvent
+from trainer.lineage import StepArchive, step_record
 
 ROOT = Path(__file__).resolve().parents[3]
 VIEW_NAMES = [v.name for v in VIEWS]
@@ -209,6 +210,48 @@ def test_steps_name_exactly_the_consumed_episodes_with_their_metrics(tmp_path: P
         ]
     )
     assert open_views(tmp_path / "run").sql("SELECT count(*) FROM steps").fetchall() == [(5,)]
+
+
+def test_steps_read_the_trainers_step_records_and_a_redone_step_supersedes(
+    tmp_path: Path,
+) -> None:
+    """Step records as the trainer writes them (trainer.lineage): a resumed trainer redid steps
+    2 and 3, so the first launch's step 3 never counts; a step only consumed.jsonl knows (an
+    older launch) still shows."""
+    run = tmp_path / "run"
+    archive = write_archive(run / "archive", seeds=[1, 2, 3])
+    a, b, c = archive.episodes
+    steps = StepArchive(run / "archive")
+    t = T0 + 10**8
+    for step, episodes, at in [(1, [a, b], t), (2, [c], t + 1), (3, [a], t + 2)]:
+        positions = [(("openforge.episodes", 0), 10 * step + i) for i in range(len(episodes))]
+        steps.write(step_record(step, step, episodes, positions, {"reward/mean": step}, at))
+    steps.write(step_record(2, 2, [b, c], [None, None], {"reward/mean": 0.5}, t + 3))
+    _trainer(run, [{"step": 4, "episodes": [a.episode_id]}], "step,reward/mean\n4,1.0\n")
+    rows = (
+        open_views(run=run)
+        .sql(
+            "SELECT step, episode_id, rollout_id, log_offset, policy_version, "
+            "metrics['reward/mean'] FROM steps"
+        )
+        .fetchall()
+    )
+    assert sorted(rows, key=str) == sorted(
+        [
+            (1, a.episode_id, "r1", 10, 1, 1.0),
+            (1, b.episode_id, "r2", 11, 1, 1.0),
+            (2, b.episode_id, "r2", None, 2, 0.5),  # read from an archive: no offsets
+            (2, c.episode_id, "r3", None, 2, 0.5),
+            (4, a.episode_id, None, None, None, 1.0),  # consumed.jsonl only
+        ],
+        key=str,
+    )
+    (versions,) = (
+        open_views(run=run)
+        .sql("SELECT policy_versions FROM steps WHERE step = 1 AND rollout_id = 'r1'")
+        .fetchall()
+    )
+    assert versions == ([3, 4],)  # the versions of its tokens (see _two_versions)
 
 
 def test_a_view_without_records_exists_with_the_same_columns(

@@ -3,20 +3,32 @@
 vLLM (LoRA hot-loads), the capture proxy, the embedded event log, the streaming Beam pipeline,
 the orchestrator with the built-in agent harness in bubblewrap sandboxes, the CPU trainer, and
 held-out evaluations. No reward increase is asserted here: that is bench/train_demo.py's job.
+The run's archive (``RUN/archive``) is checked too: each query view counts what the event log
+holds, the lineage of each step names the episodes the trainer consumed and where it read
+them, and ``openforge replay rebuild`` rebuilds exactly the archived episodes.
 """
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
-from infra.eventlog import EPISODES_TOPIC, EVENTS_TOPIC, open_reader
+from typer.testing import CliRunner
+
+from infra.eventlog import DEAD_LETTER_TOPIC, EPISODES_TOPIC, EVENTS_TOPIC, open_reader
 from infra.local.kafka import KafkaBroker
-from schemas.codec import decode_message
+from openforge.cli import app
+from openforge.query.views import open_views
+from schemas.codec import Record, decode_message
 from schemas.completion import CompletionEvent
+from schemas.episode import Episode
+from schemas.reward import RewardEvent
+from schemas.rollout import RolloutEvent
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -65,9 +77,10 @@ def _check_run(out: Path, log_url: str) -> None:
     assert (out / "trainer" / "metrics.csv").exists()
     assert any((out / "trainer" / "tensorboard").iterdir())
     assert (out / "trainer" / "checkpoints" / "LATEST").exists()
-    assert list((out / "episodes").rglob("*.parquet"))  # the pipeline's Parquet archive
+    assert list((out / "archive").rglob("*.parquet"))  # the run's Parquet archive
 
-    with open_reader(log_url, [EVENTS_TOPIC, EPISODES_TOPIC], "check") as reader:
+    topics = [EVENTS_TOPIC, EPISODES_TOPIC, DEAD_LETTER_TOPIC]
+    with open_reader(log_url, topics, "check") as reader:
         records = [e for rec in reader.poll(100_000, 2.0) for e in decode_message(rec.value)]
     completions = [e for e in records if isinstance(e, CompletionEvent)]
     stamped = {s.version for c in completions for s in c.policy_versions}
@@ -85,8 +98,82 @@ def _check_run(out: Path, log_url: str) -> None:
     assert any(e.task_id in heldout for e in episodes.values())  # but they are recorded
     played = {p.parent.name for p in out.glob("*/rollouts/*/result.json")}
     assert played and played <= {e.rollout_id for e in episodes.values()}  # none left behind
+    _check_views(out, records, played)
+    _check_lineage(out, log_url, consumed, episodes)
 
     assert _processes_mentioning(str(out)) == []  # vLLM, the proxy, the pipeline: all stopped
+
+
+def _count(con: Any, sql: str) -> int:
+    return int(con.sql(sql).fetchall()[0][0])
+
+
+def _check_views(out: Path, records: list[Record], played: set[str]) -> None:
+    """Each view over the run's archive counts what the event log holds."""
+    con = open_views(run=out)
+    calls = {r.event_id: r for r in records if isinstance(r, CompletionEvent)}
+    phases = {r.event_id for r in records if isinstance(r, RolloutEvent)}
+    rewards = {r.event_id: r for r in records if isinstance(r, RewardEvent)}
+    episodes: dict[str, Episode] = {}
+    for e in records:  # an episode supersedes a dead letter of its rollout
+        if isinstance(e, Episode) and (e.dead_letter is None or e.episode_id not in episodes):
+            episodes[e.episode_id] = e
+    assert _count(con, "SELECT count(*) FROM completions") == len(calls) > 0
+    tokens = sum(len(c.completion_token_ids) for c in calls.values())
+    assert _count(con, "SELECT count(*) FROM tokens") == tokens > 0
+    assert _count(con, "SELECT count(*) FROM rollouts") == len(phases)
+    assert _count(con, "SELECT count(DISTINCT rollout_id) FROM rollouts") >= len(played)
+    assert _count(con, "SELECT count(*) FROM rewards") == len(rewards)
+    verified = {
+        p.parent.name
+        for p in out.glob("*/rollouts/*/result.json")
+        if json.loads(p.read_text()).get("status") == "verified"
+    }
+    assert {r.rollout_id for r in rewards.values()} == verified  # one per rollout scored
+    assert _count(con, "SELECT count(*) FROM episodes") == len(episodes)
+    samples = sum(len(e.samples) for e in episodes.values())
+    assert _count(con, "SELECT count(*) FROM samples") == samples > 0
+    assert _count(con, "SELECT count(*) FROM forks") == sum(len(e.forks) for e in episodes.values())
+
+
+def _check_lineage(
+    out: Path, log_url: str, consumed: list[dict[str, Any]], episodes: dict[str, Episode]
+) -> None:
+    """The lineage of steps 1 and 2 names exactly the episodes the trainer consumed, with their
+    rollouts, and the log offsets it read them at hold those episodes."""
+    con = open_views(run=out)
+    metrics = {
+        int(float(r["step"])): r
+        for r in csv.DictReader((out / "trainer/metrics.csv").read_text().splitlines())
+    }
+    with open_reader(log_url) as reader:
+        for step in (1, 2):
+            rows = con.sql(
+                "SELECT episode_id, rollout_id, log_topic, log_partition, log_offset, "
+                f"policy_version, metrics FROM steps WHERE step = {step}"
+            ).fetchall()
+            (wanted,) = [row["episodes"] for row in consumed if row["step"] == step]
+            assert sorted(r[0] for r in rows) == sorted(wanted) and len(rows) == 4
+            for episode_id, rollout_id, topic, partition, offset, version, measured in rows:
+                assert rollout_id == episodes[episode_id].rollout_id
+                assert topic == EPISODES_TOPIC and version == step
+                (at,) = reader.read(topic, partition, offset, 1, timeout=2.0).records
+                assert [e.episode_id for e in decode_message(at.value)] == [episode_id]
+                assert measured["reward/mean"] == float(metrics[step]["reward/mean"])
+                assert "actor/pg_loss" in measured and "rollout_corr/rollout_is_mean" in measured
+
+
+def _check_rebuild(out: Path, rebuilt: Path) -> None:
+    """`openforge replay rebuild` of the run's archive: exactly the archived episodes."""
+    result = CliRunner().invoke(
+        app, ["replay", "rebuild", "--from", str(out / "archive"), "--to", str(rebuilt)]
+    )
+    assert result.exit_code == 0, result.output
+    assert "identical: all" in result.output, result.output
+    con = open_views(rebuilt)
+    assert _count(con, "SELECT count(*) FROM episodes") == _count(
+        open_views(run=out), "SELECT count(*) FROM episodes"
+    )
 
 
 def test_a_short_training_run_goes_through_every_part(tmp_path: Path) -> None:
@@ -94,6 +181,7 @@ def test_a_short_training_run_goes_through_every_part(tmp_path: Path) -> None:
     argv, done = _train(out, [])
     assert "2 updates in" in done.stdout
     _check_run(out, f"local:{out / 'log'}")
+    _check_rebuild(out, tmp_path / "rebuilt")
 
     # Rerunning the finished run resumes from its checkpoint and has nothing left to do.
     again = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=600)
@@ -101,6 +189,16 @@ def test_a_short_training_run_goes_through_every_part(tmp_path: Path) -> None:
     assert "resuming after update 2" in again.stdout
     assert json.loads((out / "summary.json").read_text())["updates"] == 2
     assert _processes_mentioning(str(out)) == []
+    # The restarted pipeline read the log from its start and archived no event twice.
+    con = open_views(run=out)
+    for view, raw in (
+        ("completions", "completion"),
+        ("rollouts", "rollout"),
+        ("rewards", "reward"),
+    ):
+        assert _count(con, f"SELECT count(*) FROM raw.{raw}") == _count(
+            con, f"SELECT count(*) FROM {view}"
+        )
 
 
 def test_the_same_config_runs_on_kafka(tmp_path: Path) -> None:
