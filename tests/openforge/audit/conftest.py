@@ -2,17 +2,20 @@
 ``archive/`` (the events, through the real ``ArchiveWriter``), ``episodes/episodes/`` (the episodes
 the real assembly code builds from them, and one dead letter) and ``trainer/`` (``consumed.jsonl``
 and ``metrics.csv`` as the trainer writes them). What is in it is known, so tests can say what every
-query and chart must show."""
+query and chart must show. And the page as headless Chromium renders it."""
 
 from __future__ import annotations
 
 import csv
 import json
+import subprocess
 from dataclasses import dataclass, replace
+from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
 
+from infra.paths import chromium_binary
 from openforge.testing.rollouts import T0, make_rollout
 from pipeline.assembly import assemble
 from schemas.archive import ArchiveWriter
@@ -120,3 +123,51 @@ def write_run(path: Path) -> SmallRun:
 @pytest.fixture(scope="session")
 def small_run(tmp_path_factory: pytest.TempPathFactory) -> SmallRun:
     return write_run(tmp_path_factory.mktemp("audit") / "run")
+
+
+class Charts(HTMLParser):
+    """The attributes of every ``svg.chart`` of a page, the no-data boxes, external references."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.charts: list[dict[str, str | None]] = []
+        self.no_data = 0
+        self.external: list[str] = []
+        self.body: dict[str, str | None] = {}
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        a = dict(attrs)
+        if tag == "svg" and "chart" in (a.get("class") or "").split():
+            self.charts.append(a)
+        if tag == "text" and a.get("class") == "no-data":
+            self.no_data += 1
+        if tag == "body":
+            self.body = a
+        if a.get("src") or not (a.get("href") or "#").startswith("#"):
+            self.external.append(str(a.get("src") or a.get("href")))
+
+
+def rendered(page: Path, tmp: Path) -> Charts:
+    """The DOM of ``page`` after Chromium has loaded it and its load handler has run."""
+    done = subprocess.run(
+        [
+            str(chromium_binary()),
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--no-first-run",
+            f"--user-data-dir={tmp / 'profile'}",
+            "--window-size=1200,900",
+            "--virtual-time-budget=5000",
+            "--dump-dom",
+            page.as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    parsed = Charts()
+    parsed.feed(done.stdout)
+    assert parsed.body.get("data-measured") == "yes", done.stdout[:2000]  # the script ran
+    return parsed

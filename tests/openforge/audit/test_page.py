@@ -7,68 +7,18 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from html.parser import HTMLParser
 from pathlib import Path
 
-from infra.paths import chromium_binary
 from openforge.audit import html
 from openforge.audit.report import CHART_NAMES, build
-from tests.openforge.audit.conftest import SmallRun
+from tests.openforge.audit.conftest import SmallRun, rendered
 
 ROOT = Path(__file__).resolve().parents[3]
 
 
-class _Charts(HTMLParser):
-    """The attributes of every ``svg.chart`` of a page, the no-data boxes, external references."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.charts: list[dict[str, str | None]] = []
-        self.no_data = 0
-        self.external: list[str] = []
-        self.body: dict[str, str | None] = {}
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        a = dict(attrs)
-        if tag == "svg" and "chart" in (a.get("class") or "").split():
-            self.charts.append(a)
-        if tag == "text" and a.get("class") == "no-data":
-            self.no_data += 1
-        if tag == "body":
-            self.body = a
-        if a.get("src") or not (a.get("href") or "#").startswith("#"):
-            self.external.append(str(a.get("src") or a.get("href")))
-
-
-def _rendered(page: Path, tmp: Path) -> _Charts:
-    """The DOM of ``page`` after Chromium has loaded it and its load handler has run."""
-    done = subprocess.run(
-        [
-            str(chromium_binary()),
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--no-first-run",
-            f"--user-data-dir={tmp / 'profile'}",
-            "--window-size=1200,900",
-            "--virtual-time-budget=5000",
-            "--dump-dom",
-            page.as_uri(),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    parsed = _Charts()
-    parsed.feed(done.stdout)
-    assert parsed.body.get("data-measured") == "yes", done.stdout[:2000]  # the script ran
-    return parsed
-
-
 def test_every_chart_renders_with_all_its_marks(small_run: SmallRun, tmp_path: Path) -> None:
     page = html.write(build(small_run.path), tmp_path / "audit.html")
-    dom = _rendered(page, tmp_path)
+    dom = rendered(page, tmp_path)
     assert [c["data-chart"] for c in dom.charts] == list(CHART_NAMES)
     for chart in dom.charts:
         marks = int(chart["data-marks"] or 0)
@@ -82,7 +32,7 @@ def test_an_empty_run_gives_every_chart_as_no_data(tmp_path: Path) -> None:
     run = tmp_path / "run"
     (run / "trainer").mkdir(parents=True)  # a run that has produced nothing yet
     page = html.write(build(run), tmp_path / "audit.html")
-    dom = _rendered(page, tmp_path)
+    dom = rendered(page, tmp_path)
     assert [c["data-chart"] for c in dom.charts] == list(CHART_NAMES)
     assert {c["data-marks"] for c in dom.charts} == {"0"}
     assert dom.no_data == len(CHART_NAMES)
