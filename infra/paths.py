@@ -96,6 +96,25 @@ def k8s_dir() -> Path:
     return path
 
 
+def chromium_binary() -> Path:
+    """Headless Chromium that ``scripts/setup chromium`` unpacked (a wrapper that sets
+    ``LD_LIBRARY_PATH`` to the libraries unpacked beside it): the newest complete version under
+    ``CACHE/chromium/``, keyed by the Debian package version apt offered at set-up."""
+    env = os.environ.get("OPENFORGE_CHROMIUM")
+    if env:
+        path = Path(env)
+    else:
+        complete = [d for d in (cache_dir() / "chromium").glob("*") if (d / ".complete").exists()]
+        newest = max(complete, key=lambda d: d.stat().st_mtime, default=None)
+        path = (newest or cache_dir() / "chromium" / "VERSION") / "bin" / "chromium"
+    if not (path.is_file() and os.access(path, os.X_OK)):
+        raise SetupError(
+            f"headless Chromium not found at {path}. Run `scripts/setup chromium` "
+            "(or set OPENFORGE_CHROMIUM to a Chromium binary)."
+        )
+    return path
+
+
 def default_tiny_dir(seed: int = 0, context: int = 4096) -> Path:
     """Where the tiny model of ``seed`` with a ``context``-token window is built and cached
     (``openforge model build-tiny``); the same seed gives the same weights at any context."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from openforge.cli import (
+    audit,
     model,
     pipeline,
     proxy,
@@ -36,6 +37,7 @@ app.command("train")(train.train)
 app.command("demo")(train.demo)
 app.command("proxy")(proxy.proxy)
 app.command("query")(query.query)
+app.command("audit")(audit.audit)
 
 
 @app.command()

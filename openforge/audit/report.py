@@ -1,0 +1,185 @@
+"""The audit report of a run: the saved queries' results (``queries.py``) grouped into sections,
+each with one chart (``charts.py``) and the tables it was drawn from. The terminal
+(``terminal.py``) and the HTML page (``html.py``) both render a :class:`Report`."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import duckdb
+
+from openforge.audit import charts
+from openforge.audit.queries import Result, last_step, run_all
+from openforge.query.source import RunFiles, is_archive_root
+from openforge.query.views import connect
+from schemas.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Section:
+    """One part of the report: a title, what it shows, its chart and its tables."""
+
+    title: str
+    doc: str
+    chart: charts.Chart
+    tables: tuple[Result, ...]
+
+
+@dataclass(frozen=True)
+class Report:
+    """A run's audit: where it was read from, the step whose lineage is shown, the sections."""
+
+    run: Path
+    step: int | None
+    counts: dict[str, int]
+    sections: tuple[Section, ...]
+
+
+def _pairs(result: Result, x: str, y: str) -> list[tuple[float, float]]:
+    return [
+        (float(a), float(b))
+        for a, b in zip(result.column(x), result.column(y), strict=True)
+        if a is not None and b is not None
+    ]
+
+
+def _nested(result: Result, row: str, cls: str, value: str) -> dict[str, dict[str, float]]:
+    out: dict[str, dict[str, float]] = {}
+    for r, c, v in zip(result.column(row), result.column(cls), result.column(value), strict=True):
+        out.setdefault(str(r), {})[str(c)] = float(v)
+    return out
+
+
+def _failures(unrewarded: Result, dead: Result) -> charts.Chart:
+    counts: Counter[str] = Counter()
+    for phase in unrewarded.column("last_phase"):
+        counts[f"no reward: {phase}"] += 1
+    for reason in dead.column("dead_letter"):
+        counts[f"dead letter: {str(reason)[:40]}"] += 1
+    labels = sorted(counts)
+    return charts.bars(
+        "failures",
+        "Rollouts without a reward and dead letters",
+        labels,
+        [counts[k] for k in labels],
+    )
+
+
+def sections(results: dict[str, Result], step: int | None) -> tuple[Section, ...]:
+    """The report's sections, in page order, from every saved query's result."""
+    r = results
+
+    def bars(name: str, result: Result, label: str, value: str, prefix: str = "") -> charts.Chart:
+        labels = [f"{prefix}{v}" for v in result.column(label)]
+        return charts.bars(name, result.query.title, labels, result.column(value))
+
+    train, heldout = r["train_reward_per_step"], r["heldout_reward_per_version"]
+    reward_curve = charts.lines(
+        "reward_per_step",
+        "Reward per step (train) and per policy version (held-out)",
+        {"train": _pairs(train, "step", "mean_reward"),
+         "held-out": _pairs(heldout, "policy_version", "mean_reward")},
+        "training step / policy version",
+    )  # fmt: skip
+    is_w = r["is_weights_per_step"]
+    is_chart = charts.lines(
+        "is_weights",
+        is_w.query.title,
+        {k: _pairs(is_w, "step", f"is_{k}") for k in ("min", "mean", "max")},
+        "training step",
+    )
+    lat = r["latency_by_dialect"]
+    latency = charts.grouped(
+        "latency_by_dialect",
+        lat.query.title,
+        [str(d) for d in lat.column("dialect")],
+        {p: lat.column(p) for p in ("p50", "p90", "p99")},
+    )
+    tools = r["tool_calls"]
+    lineage_rows = [
+        (str(t), str(ro), str(h), rew)
+        for t, ro, h, rew in zip(
+            *(r["step_lineage"].column(c) for c in ("task_id", "rollout_id", "harness", "reward")),
+            strict=True,
+        )
+    ]
+    return (
+        Section(
+            "Reward per step",
+            "Mean reward of the episodes each update consumed, and of the held-out rollouts of "
+            "each evaluated policy version.",
+            reward_curve,
+            (train, heldout),
+        ),
+        Section("Reward by task", r["reward_by_task"].query.doc,
+                bars("reward_by_task", r["reward_by_task"], "task_id", "mean_reward"),
+                (r["reward_by_task"],)),
+        Section("Reward by harness", r["reward_by_harness"].query.doc,
+                bars("reward_by_harness", r["reward_by_harness"], "harness", "mean_reward"),
+                (r["reward_by_harness"],)),
+        Section("Reward by policy version", r["reward_by_policy_version"].query.doc,
+                bars("reward_by_policy_version", r["reward_by_policy_version"],
+                     "policy_version", "mean_reward", "v"),
+                (r["reward_by_policy_version"],)),
+        Section("Continuity classes per harness", r["continuity_by_harness"].query.doc,
+                charts.stacked("continuity_by_harness", "Continuity classes per harness",
+                               _nested(r["continuity_by_harness"], "harness", "continuity",
+                                       "calls")),
+                (r["continuity_by_harness"],)),
+        Section("Fork classes per harness", r["fork_classes_by_harness"].query.doc,
+                charts.stacked("fork_classes_by_harness", "Fork classes per harness",
+                               _nested(r["fork_classes_by_harness"], "harness", "mismatch",
+                                       "forks")),
+                (r["fork_classes_by_harness"],)),
+        Section("Staleness", r["staleness"].query.doc,
+                bars("staleness", r["staleness"], "lag", "episodes", "lag "),
+                (r["staleness"],)),
+        Section("Importance-sampling weights", is_w.query.doc, is_chart, (is_w,)),
+        Section("Latency per dialect", lat.query.doc, latency, (lat,)),
+        Section("Tool-call usage", tools.query.doc,
+                charts.stacked("tool_calls", tools.query.title,
+                               _nested(tools, "tool", "harness", "calls")),
+                (tools,)),
+        Section("Rollouts without a reward and dead letters",
+                "Rollouts that never got a reward (by their last phase) and episodes the "
+                "pipeline could not make trainable (by reason).",
+                _failures(r["rollouts_without_reward"], r["dead_letters"]),
+                (r["rollouts_without_reward"], r["dead_letters"])),
+        Section(f"Lineage of step {'-' if step is None else step}",
+                r["step_lineage"].query.doc,
+                charts.lineage("step_lineage", "Lineage of a training step", step, lineage_rows),
+                (r["step_lineage"],)),
+    )  # fmt: skip
+
+
+CHART_NAMES: Sequence[str] = (
+    "reward_per_step", "reward_by_task", "reward_by_harness", "reward_by_policy_version",
+    "continuity_by_harness", "fork_classes_by_harness", "staleness", "is_weights",
+    "latency_by_dialect", "tool_calls", "failures", "step_lineage",
+)  # fmt: skip
+"""Every chart of the page, in order (each appears once, drawn or "no data")."""
+
+
+def _counts(con: duckdb.DuckDBPyConnection) -> dict[str, int]:
+    names = ("completions", "rollouts", "rewards", "episodes")  # rows of each view
+    sql = " UNION ALL ".join(f"SELECT '{n}', count(*) FROM {n}" for n in names)
+    sql += " UNION ALL SELECT 'training steps', count(DISTINCT step) FROM steps"
+    return {str(k): int(v) for k, v in con.sql(sql).fetchall()}
+
+
+def build(run: Path, step: int | None = None) -> Report:
+    """The audit of the run directory (or archive root) ``run``; ``step``: the step whose lineage
+    is shown (default: the last)."""
+    con = connect(RunFiles.of_archive(run) if is_archive_root(run) else RunFiles.of_run(run))
+    last = last_step(con)
+    if step is not None and (last is None or not 1 <= step <= last):
+        raise ConfigError(
+            f"--step {step}: the run has "
+            + ("no training steps" if last is None else f"steps 1 to {last}")
+            + "; pass one of them, or leave --step out for the last"
+        )
+    chosen = step if step is not None else last
+    return Report(run, chosen, _counts(con), sections(run_all(con, chosen), chosen))

@@ -1,0 +1,173 @@
+"""A small run directory for the audit's tests, in the layout ``openforge train`` writes:
+``archive/`` (the events, through the real ``ArchiveWriter``), ``episodes/episodes/`` (the episodes
+the real assembly code builds from them, and one dead letter) and ``trainer/`` (``consumed.jsonl``
+and ``metrics.csv`` as the trainer writes them). What is in it is known, so tests can say what every
+query and chart must show. And the page as headless Chromium renders it."""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+from dataclasses import dataclass, replace
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+from infra.paths import chromium_binary
+from openforge.testing.rollouts import T0, make_rollout
+from pipeline.assembly import assemble
+from schemas.archive import ArchiveWriter
+from schemas.codec import Record
+from schemas.completion import CompletionEvent, PolicySpan, Timings
+from schemas.enums import Dialect
+from schemas.episode import Episode
+from schemas.reward import RewardEvent
+from schemas.rollout import RolloutEvent
+
+HARNESSES = {"codex": Dialect.RESPONSES, "claude-code": Dialect.MESSAGES, "agent": Dialect.CHAT}
+_BODIES = {
+    Dialect.CHAT: {"choices": [{"message": {"tool_calls": [{"function": {"name": "bash"}}]}}]},
+    Dialect.RESPONSES: {"output": [{"type": "function_call", "name": "shell"}]},
+    Dialect.MESSAGES: {"content": [{"type": "text"}, {"type": "tool_use", "name": "Edit"}]},
+}
+
+
+@dataclass
+class SmallRun:
+    path: Path
+    episodes: list[Episode]  # the trainable ones
+    written: list[Episode]  # every episode in the archive (also held-out, dead letter)
+    steps: dict[int, list[str]]  # step -> episode ids
+    heldout: list[str]  # rollout ids of the held-out evaluation
+    unrewarded: list[str]  # rollout ids without a reward
+    dead: list[str]  # rollout ids of dead letters
+
+
+def _version(seed: int) -> int:
+    return 0 if seed <= 3 else 1 if seed <= 7 else 2
+
+
+def _shape(record: Record, seed: int, task: str, group: str, harness: str) -> Record:
+    """``make_rollout``'s record as if played by ``harness`` on ``task``: its dialect, policy
+    version 0 (rollouts 1-3), 1 (4-7) or 2 (the held-out 8, 9), timings and a tool call in every
+    other response body."""
+    if isinstance(record, RolloutEvent):
+        return replace(record, task_id=task, group_id=group, harness=harness)
+    if isinstance(record, RewardEvent):
+        return replace(record, task_id=task)
+    if not isinstance(record, CompletionEvent):
+        return record
+    dialect = HARNESSES[harness]
+    at = record.timings.received_us
+    n = len(record.completion_token_ids)
+    return replace(
+        record,
+        task_id=task,
+        harness=harness,
+        dialect=dialect,
+        timings=Timings(at, at + 20_000 * (1 + seed % 3), at + 90_000 * (1 + record.call_index)),
+        policy_versions=[PolicySpan(_version(seed), 0, n)] if n else [],
+        response_body=json.dumps(_BODIES[dialect]) if record.call_index % 2 == 0 else None,
+    )
+
+
+def write_run(path: Path) -> SmallRun:
+    archive, episode_archive = (
+        ArchiveWriter(path / "archive"),
+        ArchiveWriter(path / "episodes" / "episodes"),
+    )
+    names = list(HARNESSES)
+    episodes: list[Episode] = []
+    written: list[Episode] = []
+    heldout, unrewarded, dead = [], [], []
+    for seed in range(1, 10):
+        harness, task = names[seed % 3], f"task-{seed % 4}"
+        evaluation = seed >= 8
+        group = f"demo-eval-v2-{task}" if evaluation else f"demo-{task}"
+        rollout_id = f"ro-{seed}"
+        made = make_rollout(seed, rollout_id, calls=5, with_reward=seed != 5)
+        records = [_shape(r, seed, task, group, harness) for r in made.records]
+        archive.write(records)
+        if seed == 5:
+            unrewarded.append(rollout_id)
+            continue
+        episode = assemble(rollout_id, records, created_us=T0 + 10**7 + seed)
+        if evaluation:
+            heldout.append(rollout_id)
+        elif seed == 7:
+            episode = replace(episode, dead_letter="reward arrived after the lateness bound")
+            dead.append(rollout_id)
+        else:
+            episodes.append(episode)
+        episode_archive.write([episode])
+        written.append(episode)
+    trainer = path / "trainer"
+    trainer.mkdir()
+    ids = [e.episode_id for e in episodes]
+    steps = {1: ids[:3], 2: ids[3:], 3: ids[1:4]}
+    with open(trainer / "consumed.jsonl", "w") as f:
+        for step, chosen in steps.items():
+            f.write(json.dumps({"step": step, "episodes": chosen}) + "\n")
+    fields = ["step", "reward/mean", "policy/version", "rollout_corr/rollout_is_min",
+              "rollout_corr/rollout_is_mean", "rollout_corr/rollout_is_max"]  # fmt: skip
+    with open(trainer / "metrics.csv", "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(fields)
+        for step in steps:
+            writer.writerow([step, 0.5, step, 0.8 - 0.1 * step, 1.0, 1.2 + 0.1 * step])
+    return SmallRun(path, episodes, written, steps, heldout, unrewarded, dead)
+
+
+@pytest.fixture(scope="session")
+def small_run(tmp_path_factory: pytest.TempPathFactory) -> SmallRun:
+    return write_run(tmp_path_factory.mktemp("audit") / "run")
+
+
+class Charts(HTMLParser):
+    """The attributes of every ``svg.chart`` of a page, the no-data boxes, external references."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.charts: list[dict[str, str | None]] = []
+        self.no_data = 0
+        self.external: list[str] = []
+        self.body: dict[str, str | None] = {}
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        a = dict(attrs)
+        if tag == "svg" and "chart" in (a.get("class") or "").split():
+            self.charts.append(a)
+        if tag == "text" and a.get("class") == "no-data":
+            self.no_data += 1
+        if tag == "body":
+            self.body = a
+        if a.get("src") or not (a.get("href") or "#").startswith("#"):
+            self.external.append(str(a.get("src") or a.get("href")))
+
+
+def rendered(page: Path, tmp: Path) -> Charts:
+    """The DOM of ``page`` after Chromium has loaded it and its load handler has run."""
+    done = subprocess.run(
+        [
+            str(chromium_binary()),
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--no-first-run",
+            f"--user-data-dir={tmp / 'profile'}",
+            "--window-size=1200,900",
+            "--virtual-time-budget=5000",
+            "--dump-dom",
+            page.as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    parsed = Charts()
+    parsed.feed(done.stdout)
+    assert parsed.body.get("data-measured") == "yes", done.stdout[:2000]  # the script ran
+    return parsed
