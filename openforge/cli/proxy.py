@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from proxy.config import PauseMode, UpstreamKind
+from proxy.redaction import RedactionMode
 
 
 def proxy(
@@ -55,7 +56,25 @@ def proxy(
     session_header: Annotated[
         list[str] | None, typer.Option(help="Extra session header (open mode).")
     ] = None,
-    no_bodies: Annotated[bool, typer.Option(help="Do not record request/response bodies.")] = False,
+    no_bodies: Annotated[
+        bool,
+        typer.Option(
+            help="Leave request/response bodies out of the records (token ids stay: see README)."
+        ),
+    ] = False,
+    redaction: Annotated[
+        RedactionMode, typer.Option(help="Secrets in recorded text: mask or off.")
+    ] = RedactionMode.MASK,
+    redact: Annotated[
+        list[str] | None,
+        typer.Option(help="Also redact this regular expression (repeatable)."),
+    ] = None,
+    redact_file: Annotated[
+        Path | None, typer.Option(help="A file of regular expressions to redact, one a line.")
+    ] = None,
+    redact_defaults: Annotated[
+        bool, typer.Option(help="Redact the default patterns (API keys, e-mails, ...).")
+    ] = True,
     max_concurrency: Annotated[int, typer.Option(help="Calls in flight before 429.")] = 256,
     policy_version: Annotated[int, typer.Option(help="Initial policy version.")] = 0,
     pause_mode: Annotated[
@@ -97,6 +116,10 @@ def proxy(
         max_tokens_cap=max_tokens_cap,
         max_model_len=max_model_len,
         finished_rollouts=finished_rollouts,
+        redaction=redaction,
+        redact_patterns=list(redact or []),
+        redact_file=redact_file,
+        redact_defaults=redact_defaults,
     )
     # The publisher encodes events in a worker thread; a short GIL switch interval keeps that
     # from holding up the event loop (the default 5 ms shows up in p99 latency).
