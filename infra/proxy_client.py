@@ -26,12 +26,15 @@ from schemas.errors import ServiceError
 @dataclass(frozen=True, slots=True)
 class Registration:
     """A registered rollout: its id, its minted key (None when none was minted) and the base
-    paths a harness is pointed at."""
+    paths a harness is pointed at; behind a worker pool (`openforge proxy --workers N`) also
+    the owning worker's URL, which the paths are relative to (no extra hop)."""
 
     rollout_id: str
     api_key: str | None
     openai_base_path: str
     anthropic_base_path: str
+    base_url: str | None = None  # with --workers: the URL of the worker that owns the rollout
+    worker: int | None = None  # and its index
 
 
 class ProxyAdmin:
@@ -109,6 +112,8 @@ class ProxyAdmin:
             got.get("api_key"),
             got["openai_base_path"],
             got["anthropic_base_path"],
+            got.get("base_url"),
+            got.get("worker"),
         )
 
     def finish_rollout(

@@ -89,6 +89,17 @@ def proxy(
     finished_rollouts: Annotated[
         int, typer.Option(help="Finished rollouts remembered for late rewards.")
     ] = 10_000,
+    workers: Annotated[
+        int,
+        typer.Option(
+            help="Proxy worker processes; >1: this address assigns rollouts to them and "
+            "fans the admin API out (the registration answer's base_url is the worker's)."
+        ),
+    ] = 1,
+    worker_port_base: Annotated[
+        int | None,
+        typer.Option(help="With --workers: worker i listens on this port + i (default: free)."),
+    ] = None,
 ) -> None:
     """Serve the capture proxy: harnesses talk to it, it records every call."""
     import sys
@@ -126,4 +137,13 @@ def proxy(
     sys.setswitchinterval(0.0005)
     if session_header:
         config.session_headers = [*session_header, *config.session_headers]
-    serve(create_app(config), host, port, uds)
+    if workers == 1:
+        serve(create_app(config), host, port, uds)
+        return
+    from proxy.credentials import ensure_admin_token
+    from proxy.front import create_front
+    from proxy.pool import WorkerPool
+
+    ensure_admin_token(config)  # once, here: every worker gets the same token
+    with WorkerPool(config, workers, host, uds, worker_port_base) as pool:
+        serve(create_front(config, pool.workers), host, port, uds)
