@@ -93,14 +93,17 @@ class ProxyAdmin:
         harness_version: str | None = None,
         metadata: dict[str, str] | None = None,
         mint_key: bool = True,
+        record: bool = True,
     ) -> Registration:
-        """Register a rollout (the proxy mints an id when ``rollout_id`` is None)."""
+        """Register a rollout (the proxy mints an id when ``rollout_id`` is None); with
+        ``record=False`` its calls are served and nothing of it is published."""
         body: dict[str, Any] = {
             "task_id": task_id,
             "group_id": group_id,
             "harness": harness,
             "harness_version": harness_version,
             "mint_key": mint_key,
+            "record": record,
         }
         if rollout_id is not None:
             body["rollout_id"] = rollout_id

@@ -66,6 +66,7 @@ class Front:
         self.config, self.workers = config, workers
         self.owners: OrderedDict[str, int] = OrderedDict()  # rollout id -> worker index
         self.key_owners: dict[str, int] = {}
+        self._keys: dict[str, str] = {}  # rollout id -> its key, to forget both together
         self._turn = itertools.count()
         self.client = httpx.AsyncClient(
             timeout=httpx.Timeout(config.upstream_timeout, connect=10),
@@ -87,8 +88,10 @@ class Front:
         self.owners[rollout_id] = index
         if key:
             self.key_owners[key] = index
-        while len(self.owners) > OWNERS_KEPT:
-            self.owners.popitem(last=False)  # its key stays routable by hash no more: rare
+            self._keys[rollout_id] = key
+        while len(self.owners) > OWNERS_KEPT:  # forgotten: routed by hash (rare, and wrong)
+            old, _ = self.owners.popitem(last=False)
+            self.key_owners.pop(self._keys.pop(old, ""), None)
 
     async def send(
         self, worker: Worker, method: str, path: str, request: Request, body: bytes | None
