@@ -26,12 +26,15 @@ from schemas.errors import ServiceError
 @dataclass(frozen=True, slots=True)
 class Registration:
     """A registered rollout: its id, its minted key (None when none was minted) and the base
-    paths a harness is pointed at."""
+    paths a harness is pointed at; behind a worker pool (`openforge proxy --workers N`) also
+    the owning worker's URL, which the paths are relative to (no extra hop)."""
 
     rollout_id: str
     api_key: str | None
     openai_base_path: str
     anthropic_base_path: str
+    base_url: str | None = None  # with --workers: the URL of the worker that owns the rollout
+    worker: int | None = None  # and its index
 
 
 class ProxyAdmin:
@@ -90,14 +93,17 @@ class ProxyAdmin:
         harness_version: str | None = None,
         metadata: dict[str, str] | None = None,
         mint_key: bool = True,
+        record: bool = True,
     ) -> Registration:
-        """Register a rollout (the proxy mints an id when ``rollout_id`` is None)."""
+        """Register a rollout (the proxy mints an id when ``rollout_id`` is None); with
+        ``record=False`` its calls are served and nothing of it is published."""
         body: dict[str, Any] = {
             "task_id": task_id,
             "group_id": group_id,
             "harness": harness,
             "harness_version": harness_version,
             "mint_key": mint_key,
+            "record": record,
         }
         if rollout_id is not None:
             body["rollout_id"] = rollout_id
@@ -109,6 +115,8 @@ class ProxyAdmin:
             got.get("api_key"),
             got["openai_base_path"],
             got["anthropic_base_path"],
+            got.get("base_url"),
+            got.get("worker"),
         )
 
     def finish_rollout(

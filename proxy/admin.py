@@ -1,6 +1,8 @@
 """The orchestrator's and trainer's routes: rollouts, rewards, policy version, pause, health.
 
-    POST /admin/rollouts                      register a rollout, mint its key
+    POST /admin/rollouts                      register a rollout, mint its key;
+                                              ``"record": false``: serve its calls, publish
+                                              nothing of it (no event, no episode)
     POST /admin/rollouts/{rollout_id}/finish  record its end (RolloutEvent); evicts it;
                                               a repeated finish answers the same, records nothing
     POST /admin/rollouts/{rollout_id}/phase   record an orchestrator phase: queued, verified,
@@ -93,7 +95,7 @@ async def reward(state: ProxyState, request: Request) -> Response:
         verifier_output=body.get("verifier_output"),
     )
     state.check_recording()
-    await state.recorded(state.publisher.publish([event]))
+    await state.recorded(state.publish([event], live or done))
     return JSONResponse({"event_id": event.event_id, "rollout_id": rollout_id}, status_code=201)
 
 
@@ -114,6 +116,9 @@ async def create_rollout(state: ProxyState, request: Request) -> Response:
     metadata = body.get("metadata") or {}
     if not isinstance(metadata, dict):
         raise ProxyError(400, "'metadata' must be an object", param="metadata")
+    record = body.get("record", True)
+    if not isinstance(record, bool):
+        raise ProxyError(400, "'record' must be true or false", param="record")
     state.check_recording()
     rollout = state.start_rollout(
         rollout_id,
@@ -123,6 +128,7 @@ async def create_rollout(state: ProxyState, request: Request) -> Response:
         harness=_opt_str(body, "harness"),
         harness_version=_opt_str(body, "harness_version"),
         metadata={str(k): str(v) for k, v in metadata.items()},
+        record=record,
     )
     await state.recorded()
     return JSONResponse(
@@ -205,6 +211,7 @@ async def record_phase(state: ProxyState, request: Request) -> Response:
     state.publish_phase(
         rollout_id,
         phase,
+        live or done,
         task_id=fields["task_id"] or (live.task_id if live else done.task_id if done else None),
         group_id=fields["group_id"] or (live.group_id if live else None),
         harness=fields["harness"] or (live.harness if live else None),

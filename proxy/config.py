@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 
+from proxy.redaction import RedactionMode, RedactionPattern, build_patterns, read_pattern_file
 from proxy.render import RenderMode
 from schemas.errors import ConfigError
 from schemas.registry import choose
@@ -48,7 +49,15 @@ class ProxyConfig:
         open_mode: plain ``/v1/...`` calls are attributed by the harness's session identity.
         session_headers: headers that carry a session identity in open mode, in priority order
             (``traceparent`` contributes its trace id).
-        record_bodies: record request and response bodies (False: redacted).
+        record_bodies: record request and response bodies (False: both are left out of every
+            completion event; token ids, logprobs and the rest stay: see the README).
+        redaction: ``mask`` (default) replaces secrets in recorded text by ``[REDACTED:NAME]``;
+            ``off`` records text as it came. Token ids are never changed (:mod:`proxy.redaction`).
+        redact_patterns: regular expressions redacted beside the defaults (``--redact``).
+        redact_file: a file of more patterns, one a line (``--redact-file``).
+        redact_defaults: also redact the default patterns (API keys, bearer tokens, private
+            keys, e-mail addresses, this proxy's keys); the admin token and each rollout's own
+            key are always redacted while redaction is on.
         max_body_bytes, max_concurrency, upstream_timeout: limits. A call's body is also held
             to half the event log's message limit (Kafka: 16 MiB), so its record fits.
         max_admin_body_bytes: body limit of the admin routes and rewards.
@@ -115,9 +124,23 @@ class ProxyConfig:
     finished_rollouts: int = 10_000
     render_mode: RenderMode = RenderMode.AUTO
     log_fsync: bool = True
+    redaction: RedactionMode = RedactionMode.MASK
+    redact_patterns: list[str] = field(default_factory=list)
+    redact_file: Path | None = None
+    redact_defaults: bool = True
+    patterns: list[RedactionPattern] = field(init=False, repr=False)  # compiled, from the above
 
     def __post_init__(self) -> None:
         self.upstream_kind = choose(UpstreamKind, self.upstream_kind, "upstream_kind")
+        self.redaction = choose(RedactionMode, self.redaction, "redaction mode")
+        extra = list(self.redact_patterns)
+        if self.redact_file is not None:
+            extra += read_pattern_file(self.redact_file)
+        self.patterns = (
+            build_patterns(extra, defaults=self.redact_defaults)
+            if self.redaction is RedactionMode.MASK
+            else []
+        )
         self.pause_mode = choose(PauseMode, self.pause_mode, "pause_mode")
         self.render_mode = choose(RenderMode, self.render_mode, "render_mode")
         for name in ("body_timeout", "record_timeout", "pause_timeout"):

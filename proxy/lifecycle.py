@@ -208,9 +208,9 @@ class CallLifecycle:
         ctx.done_us = now_us()
         if ctx.status is CompletionStatus.OK and ctx.response_body is None:
             ctx.response_body = self.dialect.respond(gen, ctx.req, self.meta)
-        event = completion_event(ctx, gen, state.config.record_bodies)
+        event = completion_event(ctx, gen, state.config.record_bodies, state.redactor)
         self.rollout.commit(ctx.plan, ctx.event_id, ctx.req, gen, ctx.status)
-        receipt = state.publisher.publish([event])
+        receipt = state.publish([event], self.rollout)
         m = state.metrics
         m.tokens.labels("prompt").inc(len(ctx.plan.prompt_ids))
         m.tokens.labels("completion").inc(len(gen.token_ids))

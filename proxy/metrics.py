@@ -68,6 +68,12 @@ class ProxyMetrics:
             ["error_class"],
             registry=self.registry,
         )
+        self.redactions = Counter(
+            "openforge_proxy_redactions",
+            "Secrets replaced in recorded text, by pattern name (token ids are never changed).",
+            ["pattern"],
+            registry=self.registry,
+        )
         self.in_flight = Gauge(
             "openforge_proxy_in_flight",
             "Calls in flight.",
@@ -78,6 +84,11 @@ class ProxyMetrics:
             "Current policy version.",
             registry=self.registry,
         )
+
+    def count_redactions(self, counts: dict[str, int]) -> None:
+        """Add a redactor's running counts (the caller clears them)."""
+        for name, n in counts.items():
+            self.redactions.labels(name).inc(n)
 
     def on_publish(self, published: int, spooled: int) -> None:
         if published:

@@ -22,7 +22,7 @@ from typing import Any
 from proxy.canonical import CallRequest, Generation
 from proxy.continuity import ContinuityTracker, Plan
 from proxy.render import Renderer
-from schemas.delta import DeltaEncoder, HistoryDelta, PromptDelta
+from schemas.delta import DeltaEncoder, HistoryDelta, PromptDelta, Scrub
 from schemas.enums import CompletionStatus, Dialect, RolloutPhase
 
 KEY_PREFIX = "ofk_"
@@ -40,6 +40,7 @@ class Rollout:
     harness_version: str | None = None
     metadata: dict[str, str] = field(default_factory=dict)
     api_key: str | None = None
+    record: bool = True  # False: calls are served, nothing of the rollout is published
     _next_call: int = field(default=0, init=False, repr=False)
     _tracker: ContinuityTracker = field(init=False, repr=False)
     _encoder: DeltaEncoder = field(default_factory=DeltaEncoder, init=False, repr=False)
@@ -70,11 +71,13 @@ class Rollout:
         dialect: Dialect,
         completion: Sequence[int],
         body: dict[str, Any] | None,
+        scrub: Scrub | None = None,
     ) -> tuple[PromptDelta, HistoryDelta | None]:
-        """The call's prompt (and request body, if recorded) in delta form against its thread's
-        previous call; remembers this call as that thread's latest for the next one."""
+        """The call's prompt (and request body, if recorded, as ``scrub`` leaves it) in delta
+        form against its thread's previous call; remembers this call as that thread's latest
+        for the next one."""
         return self._encoder.encode(
-            plan.thread.thread_id, event_id, dialect, plan.prompt_ids, completion, body
+            plan.thread.thread_id, event_id, dialect, plan.prompt_ids, completion, body, scrub
         )
 
     def commit(
@@ -92,6 +95,7 @@ class FinishedRollout:
     phase: RolloutPhase
     task_id: str | None
     api_key: str | None
+    record: bool = True
 
 
 class RolloutRegistry:
@@ -146,7 +150,9 @@ class RolloutRegistry:
         self._by_id.pop(rollout.rollout_id, None)
         if rollout.api_key is not None:
             self._by_key.pop(rollout.api_key, None)
-        done = FinishedRollout(rollout.rollout_id, phase, rollout.task_id, rollout.api_key)
+        done = FinishedRollout(
+            rollout.rollout_id, phase, rollout.task_id, rollout.api_key, rollout.record
+        )
         self._finished[rollout.rollout_id] = done
         if done.api_key is not None:
             self._finished_keys[done.api_key] = done.rollout_id

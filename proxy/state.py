@@ -6,16 +6,20 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 
 from proxy.config import PauseMode, ProxyConfig
 from proxy.errors import ProxyError
 from proxy.metrics import ProxyMetrics
 from proxy.publisher import Publisher, Receipt
+from proxy.redaction import Redactor
 from proxy.render import Renderer
 from proxy.rollouts import FinishedRollout, Rollout, RolloutRegistry
 from proxy.upstream import Upstream
+from schemas.codec import Record
 from schemas.enums import RolloutPhase
+from schemas.reward import RewardEvent
 from schemas.rollout import RolloutEvent
 
 log = logging.getLogger("openforge.proxy")
@@ -34,6 +38,7 @@ class ProxyState:
     max_model_len: int
     metrics: ProxyMetrics = field(default_factory=ProxyMetrics)
     rollouts: RolloutRegistry = field(init=False)
+    redactor: Redactor = field(init=False)
     in_flight: int = 0
     policy_version: int = 0
     resume: asyncio.Event = field(default_factory=asyncio.Event)
@@ -44,6 +49,8 @@ class ProxyState:
 
     def __post_init__(self) -> None:
         self.rollouts = RolloutRegistry(self.config.finished_rollouts)
+        secrets = [self.config.admin_token] if self.config.patterns else []
+        self.redactor = Redactor(self.config.patterns, [s for s in secrets if s])
         self.policy_version = self.config.policy_version
         self.metrics.policy_version.set(self.policy_version)
         self.resume.set()
@@ -79,6 +86,39 @@ class ProxyState:
                 code="not_recorded",
                 retry_after="2",
             )
+
+    def publish(
+        self, records: Sequence[Record], rollout: Rollout | FinishedRollout | None = None
+    ) -> Receipt:
+        """Publish records with their text redacted (a rollout event's message and metadata
+        values, a reward's verifier output; completion events are redacted as they are built,
+        :func:`proxy.recording.completion_event`). Nothing is published for a rollout that
+        was registered with ``record: false``."""
+        if rollout is not None and not rollout.record:
+            return self.publisher.publish([])
+        if self.redactor.active:
+            literals = (rollout.api_key,) if rollout is not None and rollout.api_key else ()
+            records = [self._redact(r, literals) for r in records]
+        self.count_redactions()
+        return self.publisher.publish(records)
+
+    def _redact(self, record: Record, literals: tuple[str, ...]) -> Record:
+        text = self.redactor.text
+        if isinstance(record, RolloutEvent):
+            return replace(
+                record,
+                message=text(record.message, literals) if record.message else record.message,
+                metadata={k: text(v, literals) for k, v in record.metadata.items()},
+            )
+        if isinstance(record, RewardEvent) and record.verifier_output:
+            return replace(record, verifier_output=text(record.verifier_output, literals))
+        return record
+
+    def count_redactions(self) -> None:
+        """Move the redactor's counts into ``openforge_proxy_redactions``."""
+        if self.redactor.counts:
+            self.metrics.count_redactions(self.redactor.counts)
+            self.redactor.counts.clear()
 
     # --- pause during a weight swap -----------------------------------------------------------
 
@@ -130,7 +170,7 @@ class ProxyState:
     def start_rollout(self, rollout_id: str, *, mint_key: bool, **fields: object) -> Rollout:
         """Register a rollout and publish its ``started`` RolloutEvent."""
         rollout = self.rollouts.create(rollout_id, mint_key=mint_key, **fields)
-        self.publisher.publish(
+        self.publish(
             [
                 RolloutEvent(
                     event_id=f"ro_{rollout_id}_started",
@@ -144,7 +184,8 @@ class ProxyState:
                     backend=str(fields.get("backend") or "") or None,
                     metadata=rollout.metadata,
                 )
-            ]
+            ],
+            rollout,
         )
         return rollout
 
@@ -160,7 +201,7 @@ class ProxyState:
         """Publish the rollout's end (a RolloutEvent in ``phase``) and evict it from the live
         rollouts (:meth:`RolloutRegistry.finish`)."""
         at = now_us()
-        self.publisher.publish(
+        self.publish(
             [
                 RolloutEvent(
                     event_id=f"ro_{rollout.rollout_id}_{phase.value}",
@@ -178,13 +219,20 @@ class ProxyState:
                     metadata=rollout.metadata,
                     calls=rollout.calls,
                 )
-            ]
+            ],
+            rollout,
         )
         return self.rollouts.finish(rollout, phase)
 
-    def publish_phase(self, rollout_id: str, phase: RolloutPhase, **fields: object) -> None:
+    def publish_phase(
+        self,
+        rollout_id: str,
+        phase: RolloutPhase,
+        rollout: Rollout | FinishedRollout | None = None,
+        **fields: object,
+    ) -> None:
         """Publish a lifecycle phase reported by the orchestrator (no registry change)."""
-        self.publisher.publish(
+        self.publish(
             [
                 RolloutEvent(
                     event_id=f"ro_{rollout_id}_{phase.value}",
@@ -193,7 +241,8 @@ class ProxyState:
                     at_us=now_us(),
                     **fields,  # type: ignore[arg-type]
                 )
-            ]
+            ],
+            rollout,
         )
 
     async def admit(self) -> None:

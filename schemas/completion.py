@@ -95,7 +95,7 @@ class CompletionEvent:
     request_history_prefix: int = 0  # history items taken from that call's request
     request_body: str | None = None  # JSON; history replaced by its suffix when a ref is set
     response_body: str | None = None  # JSON as returned to the harness (streams: assembled)
-    redacted: bool = False  # bodies removed by a redaction policy
+    redacted: bool = False  # bodies left out, or secrets redacted in its text (never token ids)
     schema_version: int = 1
 
     SCHEMA_NAME = "completion"

@@ -12,7 +12,7 @@ Request bodies round-trip as JSON values (``json.loads`` equal), not byte for by
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -77,17 +77,30 @@ def delta_prompt(prompt: Sequence[int], base: tuple[str, Sequence[int]] | None) 
     return PromptDelta(None, 0, list(prompt))
 
 
+Scrub = Callable[[dict[str, Any]], dict[str, Any]]
+
+
 def delta_body(
-    body: dict[str, Any], dialect: Dialect, base: tuple[str, Sequence[Any]] | None
+    body: dict[str, Any],
+    dialect: Dialect,
+    base: tuple[str, Sequence[Any]] | None,
+    scrub: Scrub | None = None,
 ) -> HistoryDelta:
-    """``body`` with its history list relative to ``base`` = (event id, that call's history)."""
+    """``body`` with its history list relative to ``base`` = (event id, that call's history).
+
+    ``scrub`` (e.g. redaction) is applied to what is stored: the body with only the new history
+    items. It must be deterministic, so that a history stored in pieces reads back the same as
+    one scrubbed whole."""
     key = HISTORY_KEYS[dialect]
     history = body.get(key)
+    stored = body
+    ref: str | None = None
+    n = 0
     if base is not None and isinstance(history, list):
         n = common_prefix(history, base[1])
         if n:
-            return HistoryDelta(base[0], n, dump_json({**body, key: history[n:]}))
-    return HistoryDelta(None, 0, dump_json(body))
+            ref, stored = base[0], {**body, key: history[n:]}
+    return HistoryDelta(ref, n, dump_json(scrub(stored) if scrub is not None else stored))
 
 
 class DeltaEncoder:
@@ -109,12 +122,13 @@ class DeltaEncoder:
         prompt: Sequence[int],
         completion: Sequence[int],
         body: dict[str, Any] | None,
+        scrub: Scrub | None = None,
     ) -> tuple[PromptDelta, HistoryDelta | None]:
         pdelta = delta_prompt(prompt, self._tokens.get(thread_key))
         self._tokens[thread_key] = (event_id, [*prompt, *completion])
         hdelta = None
         if body is not None:
-            hdelta = delta_body(body, dialect, self._history.get(thread_key))
+            hdelta = delta_body(body, dialect, self._history.get(thread_key), scrub)
             history = body.get(HISTORY_KEYS[dialect])
             if isinstance(history, list):
                 self._history[thread_key] = (event_id, history)

@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from proxy.config import PauseMode, UpstreamKind
+from proxy.redaction import RedactionMode
 from proxy.render import RenderMode
 
 
@@ -56,7 +57,25 @@ def proxy(
     session_header: Annotated[
         list[str] | None, typer.Option(help="Extra session header (open mode).")
     ] = None,
-    no_bodies: Annotated[bool, typer.Option(help="Do not record request/response bodies.")] = False,
+    no_bodies: Annotated[
+        bool,
+        typer.Option(
+            help="Leave request/response bodies out of the records (token ids stay: see README)."
+        ),
+    ] = False,
+    redaction: Annotated[
+        RedactionMode, typer.Option(help="Secrets in recorded text: mask or off.")
+    ] = RedactionMode.MASK,
+    redact: Annotated[
+        list[str] | None,
+        typer.Option(help="Also redact this regular expression (repeatable)."),
+    ] = None,
+    redact_file: Annotated[
+        Path | None, typer.Option(help="A file of regular expressions to redact, one a line.")
+    ] = None,
+    redact_defaults: Annotated[
+        bool, typer.Option(help="Redact the default patterns (API keys, e-mails, ...).")
+    ] = True,
     max_concurrency: Annotated[int, typer.Option(help="Calls in flight before 429.")] = 256,
     policy_version: Annotated[int, typer.Option(help="Initial policy version.")] = 0,
     pause_mode: Annotated[
@@ -82,6 +101,17 @@ def proxy(
             "(survives a proxy crash, not a machine crash)."
         ),
     ] = False,
+    workers: Annotated[
+        int,
+        typer.Option(
+            help="Proxy worker processes; >1: this address assigns rollouts to them and "
+            "fans the admin API out (the registration answer's base_url is the worker's)."
+        ),
+    ] = 1,
+    worker_port_base: Annotated[
+        int | None,
+        typer.Option(help="With --workers: worker i listens on this port + i (default: free)."),
+    ] = None,
 ) -> None:
     """Serve the capture proxy: harnesses talk to it, it records every call."""
     import sys
@@ -111,10 +141,23 @@ def proxy(
         finished_rollouts=finished_rollouts,
         render_mode=render_mode,
         log_fsync=not no_fsync,
+        redaction=redaction,
+        redact_patterns=list(redact or []),
+        redact_file=redact_file,
+        redact_defaults=redact_defaults,
     )
     # The publisher encodes events in a worker thread; a short GIL switch interval keeps that
     # from holding up the event loop (the default 5 ms shows up in p99 latency).
     sys.setswitchinterval(0.0005)
     if session_header:
         config.session_headers = [*session_header, *config.session_headers]
-    serve(create_app(config), host, port, uds)
+    if workers == 1:
+        serve(create_app(config), host, port, uds)
+        return
+    from proxy.credentials import ensure_admin_token
+    from proxy.front import create_front
+    from proxy.pool import WorkerPool
+
+    ensure_admin_token(config)  # once, here: every worker gets the same token
+    with WorkerPool(config, workers, host, uds, worker_port_base) as pool:
+        serve(create_front(config, pool.workers), host, port, uds)

@@ -116,7 +116,10 @@ COMPLETIONS = View(
         ("usage_completion_tokens", "generated tokens as the engine reported them"),
         ("usage_cached_tokens", "prompt tokens served from the engine's prefix cache"),
         ("error", "what went wrong, for a call that did not end ok"),
-        ("redacted", "bodies removed by a redaction policy"),
+        (
+            "redacted",
+            "bodies left out (--no-bodies) or secrets redacted in its text (never token ids)",
+        ),
         ("schema_version", "the record's schema version"),
         ("date", "archive partition: the UTC date of received_us"),
     ),

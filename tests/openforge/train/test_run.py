@@ -22,6 +22,8 @@ from typer.testing import CliRunner
 
 from infra.eventlog import DEAD_LETTER_TOPIC, EPISODES_TOPIC, EVENTS_TOPIC, open_reader
 from infra.local.kafka import KafkaBroker
+from openforge.audit import html
+from openforge.audit.report import CHART_NAMES, build
 from openforge.cli import app
 from openforge.query.views import open_views
 from schemas.codec import Record, decode_message
@@ -29,6 +31,7 @@ from schemas.completion import CompletionEvent
 from schemas.episode import Episode
 from schemas.reward import RewardEvent
 from schemas.rollout import RolloutEvent
+from tests.openforge.audit.conftest import rendered
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -176,12 +179,27 @@ def _check_rebuild(out: Path, rebuilt: Path) -> None:
     )
 
 
+def _check_audit(out: Path, tmp: Path) -> None:
+    """`openforge audit`'s page of the run, loaded in headless Chromium: every chart drawn with
+    all its marks on screen, but those of what a clean short run has none of."""
+    page = html.write(build(out), tmp / "audit.html")
+    dom = rendered(page, tmp)
+    marks = {str(c["data-chart"]): int(c["data-marks"] or 0) for c in dom.charts}
+    assert list(marks) == list(CHART_NAMES)
+    empty = {name for name, n in marks.items() if n == 0}
+    # A clean run of the raw tiny model: nothing failed, and it may fork or call a tool or not.
+    assert empty <= {"fork_classes_by_harness", "failures", "tool_calls"}, marks
+    assert all(c["data-rendered-marks"] == c["data-marks"] for c in dom.charts), dom.charts
+    assert dom.no_data == len(empty) and dom.external == []
+
+
 def test_a_short_training_run_goes_through_every_part(tmp_path: Path) -> None:
     out = tmp_path / "run"
     argv, done = _train(out, [])
     assert "2 updates in" in done.stdout
     _check_run(out, f"local:{out / 'log'}")
     _check_rebuild(out, tmp_path / "rebuilt")
+    _check_audit(out, tmp_path)
 
     # Rerunning the finished run resumes from its checkpoint and has nothing left to do.
     again = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=600)

@@ -1,0 +1,104 @@
+"""`openforge proxy --workers 2`: real worker processes behind the front, one local event log.
+
+Rollouts registered through the front land on different workers and the answer names the
+worker's URL; calls sent straight to each worker are recorded (two processes writing one
+embedded log); a policy version, a pause and a resume set through the front reach both
+workers; a call through the front's own address is forwarded to the owning worker."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import httpx
+
+from openforge.stack import proxy_process
+from openforge.testing import fast_upstream
+from openforge.testing.proxy import completions_of, read_events, serve_in_thread
+from schemas.enums import CompletionStatus
+
+CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+
+
+def test_two_workers_share_the_rollouts_and_apply_the_admin_api(
+    tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    log_url = f"local:{tmp_path / 'events'}"
+    with (
+        serve_in_thread(fast_upstream.create_app(str(tiny_model_dir), 4), "upstream") as up,
+        proxy_process(
+            up,
+            model="fast",
+            tokenizer=tiny_model_dir,
+            log_url=log_url,
+            out=tmp_path,
+            extra_args=["--workers", "2"],
+        ) as admin,
+    ):
+        run = uuid.uuid4().hex[:6]
+        regs = [admin.register_rollout(f"pool-{run}-{i}", task_id="t") for i in range(4)]
+        assert [r.worker for r in regs] == [0, 1, 0, 1]  # round robin
+        urls = {r.base_url for r in regs}
+        assert len(urls) == 2 and admin.url not in urls
+        listed = httpx.get(f"{admin.url}/admin/workers", headers=_auth(admin.token)).json()
+        assert [w["base_url"] for w in listed["workers"]] == [regs[0].base_url, regs[1].base_url]
+
+        # Calls straight to each rollout's worker, with its key: no extra hop.
+        for reg in regs[:2]:
+            resp = httpx.post(
+                f"{reg.base_url}{reg.openai_base_path}/chat/completions",
+                json=CHAT,
+                headers=_auth(reg.api_key),
+                timeout=60,
+            )
+            assert resp.status_code == 200, resp.text
+        # The other worker does not know the rollout: its state lives in its owner only.
+        wrong = httpx.post(
+            f"{regs[1].base_url}/v1/chat/completions", json=CHAT, headers=_auth(regs[0].api_key)
+        )
+        assert wrong.status_code == 401
+        # Through the front's own address (by key): forwarded to the owner, streamed back.
+        via_front = httpx.post(
+            f"{admin.url}/v1/chat/completions",
+            json={**CHAT, "stream": True},
+            headers=_auth(regs[2].api_key),
+            timeout=60,
+        )
+        assert via_front.status_code == 200 and "data: [DONE]" in via_front.text
+
+        # The admin API reaches every worker.
+        answer = admin.set_policy_version(7)
+        assert answer["version"] == 7 and [w["version"] for w in answer["workers"]] == [7, 7]
+        for url in sorted(urls):
+            got = httpx.get(f"{url}/admin/policy", headers=_auth(admin.token)).json()
+            assert got["version"] == 7
+        paused = admin.pause(drain=1.0)
+        assert paused["paused"] and paused["in_flight"] == 0 and len(paused["workers"]) == 2
+        assert all(w["paused"] for w in paused["workers"])
+        resumed = admin.resume()
+        assert not resumed["paused"] and not any(w["paused"] for w in resumed["workers"])
+        after = httpx.post(
+            f"{regs[3].base_url}{regs[3].openai_base_path}/chat/completions",
+            json=CHAT,
+            headers=_auth(regs[3].api_key),
+            timeout=60,
+        )
+        assert after.status_code == 200
+
+        for reg in regs:  # finish and reward go to the owner
+            admin.finish_rollout(reg.rollout_id, exit_code=0)
+            admin.post_reward(reg.rollout_id, 1.0)
+        health = admin.health()
+        assert health["status"] == "ok" and len(health["workers"]) == 2
+        assert health["finished_rollouts"] == 4
+
+    records = read_events(log_url, group=run, want=16)
+    calls = {r.rollout_id: completions_of(records, r.rollout_id) for r in regs}
+    assert [len(calls[r.rollout_id]) for r in regs] == [1, 1, 1, 1]
+    assert all(c[0].status is CompletionStatus.OK for c in calls.values())
+    versions = [calls[r.rollout_id][0].policy_versions[0].version for r in regs]
+    assert versions == [0, 0, 0, 7]  # the last call came after the version reached its worker
+
+
+def _auth(key: str | None) -> dict[str, str]:
+    return {"authorization": f"Bearer {key}"}
