@@ -13,7 +13,7 @@ side: events per second, and reward-to-episode latency.
 2. Latency, per runner: while the pipeline runs, a producer writes rollouts live (a call every
    5 ms); for each episode, the time from its reward's write to the episode's emission.
 
-    .venv/bin/python -m bench.pipeline_throughput --sustained [--rates 500 1000 2000 4000]
+    .venv/bin/python -m bench.pipeline_throughput --sustained [--rates 250 500 1000 2000 4000]
         [--duration 60] [--runners FnApiRunner Prism]
 
 3. Sustained live load (``--sustained``), per runner and rate, rates ascending until one is not
@@ -133,27 +133,26 @@ def _sustained_step(
         producer.start()  # it prepares its frames, then waits for the job to be up
         if not ready.wait(120):
             raise SystemExit("the producer was not ready in 120 s")
-        reports: list[RunReport] = []
-        pipeline = threading.Thread(
-            target=lambda: reports.append(
-                run_streaming(
-                    url, Outputs(url), beam_args, allowed_lateness_s=30, stop_when_idle_s=3
-                )
-            )
+
+        def release() -> None:  # the producer starts once the job has emitted the warm-up
+            deadline = time.monotonic() + 120
+            while "warmup" not in episode_times(url) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            go.set()
+
+        threading.Thread(target=release, daemon=True).start()
+        # In the main thread: Prism's job server installs a signal handler when it starts.
+        report = run_streaming(
+            url, Outputs(url), beam_args, allowed_lateness_s=30, stop_when_idle_s=3
         )
-        pipeline.start()
-        deadline = time.monotonic() + 120
-        while "warmup" not in episode_times(url):
-            if time.monotonic() > deadline or not pipeline.is_alive():
-                raise SystemExit("the streaming job did not emit the warm-up episode in 120 s")
-            time.sleep(0.1)
-        go.set()
-        produced = results.get()
+        if not go.is_set() or producer.exitcode not in (None, 0):
+            producer.terminate()
+            raise SystemExit("the streaming job ended before its warm-up episode came out")
+        produced = results.get(timeout=60)
         producer.join()
-        pipeline.join()
         emitted = episode_times(url)
     emitted.pop("warmup", None)
-    return produced, emitted, reports[0]
+    return produced, emitted, report
 
 
 def sustained(args: argparse.Namespace) -> None:
@@ -217,7 +216,7 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=10)
     parser.add_argument("--live-rollouts", type=int, default=40)
     parser.add_argument("--sustained", action="store_true", help="the sustained live load only")
-    parser.add_argument("--rates", type=float, nargs="+", default=[500, 1000, 2000, 4000])
+    parser.add_argument("--rates", type=float, nargs="+", default=[250, 500, 1000, 2000, 4000])
     parser.add_argument("--duration", type=float, default=60.0)
     parser.add_argument("--in-flight", type=int, default=256)
     parser.add_argument("--drain", type=float, default=5.0)

@@ -104,7 +104,7 @@ class PlainLoop:
             logp = logp.gather(-1, ids[:, 1:].unsqueeze(-1)).squeeze(-1)
             mask = batch.response_mask[i : i + MICRO]
             loss = -(advantages[i : i + MICRO] * logp * mask).sum() / total
-            loss.backward()
+            loss.backward()  # type: ignore[no-untyped-call]
             loss_sum += loss.item()
         torch.nn.utils.clip_grad_norm_(self.params, 1.0)
         self.optimizer.step()
