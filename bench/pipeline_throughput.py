@@ -19,11 +19,12 @@ side: events per second, and reward-to-episode latency.
 3. Sustained live load (``--sustained``), per runner and rate, rates ascending until one is not
    kept up: a producer process writes events at the rate for ``--duration`` s
    (``bench.live_load``) while the streaming job runs. "Kept up": every rollout's episode is
-   out, the last within ``--drain`` s of the producer's last write, and the producer held its
-   rate. Latency: from a rollout's reward being written to its episode's append to the episodes
-   topic (the log's own stamp). Backlog: rollouts rewarded whose episode is not out yet, at the
-   end of each second. Each row names the runner and the records its source read (the job's
-   report), which must equal the records written.
+   out, the last within ``--drain`` s of the producer's last write, the backlog did not grow
+   (its maximum over the last third of the run at most 1.25x that of the first third, +10),
+   and the producer held its rate. Latency: from a rollout's reward being written to its
+   episode's append to the episodes topic (the log's own stamp). Backlog: rollouts rewarded
+   whose episode is not out yet, at the end of each second. Each row names the runner and the
+   records its source read (the job's report), which must equal the records written.
 """
 
 from __future__ import annotations
@@ -159,7 +160,9 @@ def sustained(args: argparse.Namespace) -> None:
     print(
         f"sustained live load: {args.duration:.0f} s per step, {args.in_flight} rollouts in "
         f"flight, {args.calls} calls per rollout; kept up = all episodes out within "
-        f"{args.drain:.0f} s of the last write and the producer at >= 98% of its rate\n"
+        f"{args.drain:.0f} s of the last write, the backlog's maximum in the last third of the "
+        "run at most 1.25x (+10) that of the first third, and the producer at >= 98% of its "
+        "rate\n"
     )
     print(
         "| runner | target records/s | achieved records/s | completion events/s | rollouts "
@@ -179,10 +182,12 @@ def sustained(args: argparse.Namespace) -> None:
             seconds = range(int(produced.started) + 1, int(produced.stopped) + 1)
             levels = [backlog(produced, emitted, t) for t in seconds]
             third = max(1, len(levels) // 3)
+            first, last = max(levels[:third], default=0), max(levels[-third:], default=0)
             ok = (
                 missing == 0
                 and drain <= args.drain
                 and produced.achieved >= 0.98 * rate
+                and last <= 1.25 * first + 10  # the backlog did not grow
                 and bool(lat)
             )
             p50, p99 = (statistics.median(lat), percentile(lat, 0.99)) if lat else (0.0, 0.0)
@@ -192,8 +197,7 @@ def sustained(args: argparse.Namespace) -> None:
                 f"| {report.runner} | {rate:,.0f} | {produced.achieved:,.0f} | "
                 f"{produced.completions / (produced.stopped - produced.started):,.0f} | "
                 f"{len(produced.reward_at):,} | {read:,} (written {written:,}) | "
-                f"{missing} | {drain:.2f} | {max(levels[:third], default=0)} / "
-                f"{max(levels[-third:], default=0)} | {p50:.2f} / {p99:.2f} / "
+                f"{missing} | {drain:.2f} | {first} / {last} | {p50:.2f} / {p99:.2f} / "
                 f"{max(lat, default=0.0):.2f} | {'yes' if ok else 'no'} |",
                 flush=True,
             )
