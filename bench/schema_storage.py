@@ -1,11 +1,20 @@
 """Bytes per event and per rollout: delta form vs full form, frames and Parquet.
 
-    .venv/bin/python -m bench.schema_storage [--turns 20 100] [--seed 0]
+    .venv/bin/python -m bench.schema_storage [--turns 20 100] [--seed 0] [--no-vllm]
 
-A synthetic coding-agent rollout in the Chat Completions dialect: every turn the harness resends
-the whole history plus a tool result (300-1500 characters) and the model answers with a tool call
-(50-300 tokens, with logprobs). "Unique" bytes are what the rollout holds once: each token id and
-each generated token's logprob at 4 bytes, plus the final history's JSON and the last response's.
+A coding-agent rollout in the Chat Completions dialect: every turn the harness resends the whole
+history plus a tool result (300-1500 characters) and the model answers with a tool call (50-300
+tokens, with logprobs). "Unique" bytes are what the rollout holds once: each token id and each
+generated token's logprob at 4 bytes, plus the final history's JSON and the last response's.
+
+Two rollouts of that shape, side by side:
+- ``synthetic``: random token ids, constant logprobs, text from a 20-word list (the first
+  version of this bench);
+- ``recorded``: every turn's generation is a real completion recorded at bench time from vLLM
+  (CPU, the tiny model, temperature 1; ``bench.vllm_recording``): its token ids, its logprobs
+  and its text (the tool call's argument); tool results are slices of this repository's source
+  files, and the prompt grows as the proxy builds it on an exact continuation (the previous
+  prompt, the generated ids, then the tokenizer's ids of the appended turn).
 """
 
 from __future__ import annotations
@@ -19,6 +28,7 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
+from bench.vllm_recording import Recording, SourceText, record_from_vllm
 from schemas.archive import ArchiveWriter
 from schemas.codec import encode_message
 from schemas.completion import CompletionEvent, PolicySpan, SamplingParams, Timings, Usage
@@ -37,20 +47,32 @@ def _text(rng: random.Random, chars: int) -> str:
     return " ".join(out)
 
 
-def synthetic_rollout(
-    turns: int, seed: int
-) -> list[tuple[list[int], list[int], dict[str, Any], str]]:
-    """(prompt ids, completion ids, request body, response body) per call."""
+Call = tuple[list[int], list[int], list[float], dict[str, Any], str]
+
+
+def synthetic_rollout(turns: int, seed: int, recorded: Recording | None = None) -> list[Call]:
+    """(prompt ids, completion ids, logprobs, request body, response body) per call; with a
+    recording, its generations, the tokenizer's ids and real text instead of random ones."""
     rng = random.Random(seed)
+    sources = SourceText(seed) if recorded else None
     history: list[dict[str, Any]] = [
         {"role": "system", "content": _text(rng, 2000)},
         {"role": "user", "content": _text(rng, 300)},
     ]
     prompt = [rng.randrange(50_000) for _ in range(650)]
     calls = []
+    if recorded is not None:
+        assert sources is not None
+        history[0]["content"] = sources.take(2000)
+        history[1]["content"] = sources.take(300)
+        prompt = recorded.encode(history)
     for turn in range(turns):
-        completion = [rng.randrange(50_000) for _ in range(rng.randint(50, 300))]
-        args = _text(rng, len(completion) * 3)
+        if recorded is None:
+            completion = [rng.randrange(50_000) for _ in range(rng.randint(50, 300))]
+            logprobs = [-1.25] * len(completion)
+            args = _text(rng, len(completion) * 3)
+        else:
+            completion, logprobs, args = recorded.generation(turn)
         body = {
             "model": "agent",
             "messages": list(history),
@@ -82,20 +104,24 @@ def synthetic_rollout(
                 "usage": {"prompt_tokens": len(prompt), "completion_tokens": len(completion)},
             }
         )
-        calls.append((list(prompt), completion, body, response))
-        tool_output = _text(rng, rng.randint(300, 1500))
-        history += [
-            message,
-            {"role": "tool", "tool_call_id": f"call_{turn}", "content": tool_output},
-        ]
-        prompt = prompt + completion + [rng.randrange(50_000) for _ in range(len(tool_output) // 4)]
+        calls.append((list(prompt), completion, logprobs, body, response))
+        chars = rng.randint(300, 1500)
+        tool_output = sources.take(chars) if sources else _text(rng, chars)
+        tool = {"role": "tool", "tool_call_id": f"call_{turn}", "content": tool_output}
+        history += [message, tool]
+        appended = (
+            recorded.encode_turn(tool)
+            if recorded is not None
+            else [rng.randrange(50_000) for _ in range(len(tool_output) // 4)]
+        )
+        prompt = prompt + completion + appended
     return calls
 
 
 def events(calls: list[Any], delta: bool) -> list[CompletionEvent]:
     encoder = DeltaEncoder()
     out = []
-    for i, (prompt, completion, body, response) in enumerate(calls):
+    for i, (prompt, completion, logprobs, body, response) in enumerate(calls):
         eid = f"rollout-0001/{i:04d}"
         if delta:
             pdelta, hdelta = encoder.encode("thread", eid, Dialect.CHAT, prompt, completion, body)
@@ -129,7 +155,7 @@ def events(calls: list[Any], delta: bool) -> list[CompletionEvent]:
                 prompt_token_ids=suffix,
                 prompt_length=len(prompt),
                 completion_token_ids=completion,
-                completion_logprobs=[-1.25] * len(completion),
+                completion_logprobs=logprobs,
                 policy_versions=[PolicySpan(0, 0, len(completion))],
                 finish_reason="tool_calls",
                 usage=Usage(len(prompt), len(completion)),
@@ -144,15 +170,15 @@ def events(calls: list[Any], delta: bool) -> list[CompletionEvent]:
 
 
 def unique_bytes(calls: list[Any]) -> int:
-    last_prompt, last_completion, last_body, last_response = calls[-1]
+    last_prompt, last_completion, _, last_body, last_response = calls[-1]
     tokens = len(last_prompt) + len(last_completion)
     logprobs = sum(len(c[1]) for c in calls)
     text = len(dump_json(last_body["messages"]).encode()) + len(last_response.encode())
     return 4 * tokens + 4 * logprobs + text
 
 
-def measure(turns: int, seed: int) -> dict[str, float]:
-    calls = synthetic_rollout(turns, seed)
+def measure(turns: int, seed: int, recorded: Recording | None = None) -> dict[str, float]:
+    calls = synthetic_rollout(turns, seed, recorded)
     unique = unique_bytes(calls)
     row: dict[str, float] = {"turns": turns, "unique": unique}
     for form, delta in (("full", False), ("delta", True)):
@@ -170,21 +196,29 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--turns", type=int, nargs="+", default=[20, 100])
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--no-vllm", action="store_true", help="the synthetic rollout only")
     args = parser.parse_args()
+    rollouts: list[tuple[str, Recording | None]] = [("synthetic", None)]
+    if not args.no_vllm:
+        recording = record_from_vllm(max(args.turns), args.seed)
+        print(recording.summary() + "\n")
+        rollouts.append(("recorded", recording))
     print(
-        "| turns | unique B | form | frames B (per event) | frames zstd B (per event) "
+        "| rollout | turns | unique B | form | frames B (per event) | frames zstd B (per event) "
         "| Parquet zstd B | x unique (zstd frames / Parquet) |"
     )
-    print("|---|---|---|---|---|---|---|")
-    for turns in args.turns:
-        row = measure(turns, args.seed)
-        for form in ("full", "delta"):
-            f, z, p = row[f"{form}_frame"], row[f"{form}_frame_zstd"], row[f"{form}_parquet"]
-            print(
-                f"| {turns} | {row['unique']:,.0f} | {form} | {f:,.0f} ({f / turns:,.0f}) | "
-                f"{z:,.0f} ({z / turns:,.0f}) | {p:,.0f} | "
-                f"{z / row['unique']:.2f} / {p / row['unique']:.2f} |"
-            )
+    print("|---|---|---|---|---|---|---|---|")
+    for name, recorded in rollouts:
+        for turns in args.turns:
+            row = measure(turns, args.seed, recorded)
+            for form in ("full", "delta"):
+                f, z, p = row[f"{form}_frame"], row[f"{form}_frame_zstd"], row[f"{form}_parquet"]
+                print(
+                    f"| {name} | {turns} | {row['unique']:,.0f} | {form} | "
+                    f"{f:,.0f} ({f / turns:,.0f}) | {z:,.0f} ({z / turns:,.0f}) | {p:,.0f} | "
+                    f"{z / row['unique']:.2f} / {p / row['unique']:.2f} |",
+                    flush=True,
+                )
 
 
 if __name__ == "__main__":

@@ -2,8 +2,9 @@
 gradient accumulation, and veRL's losses and rollout correction.
 
 One update per batch: ``old_logprobs`` are the trainer's own logprobs before the update (so the
-PPO ratio starts at 1), and the distance to the engine's behavior logprobs is corrected by veRL's
-rollout-correction weights (token-level truncated IS by default).
+PPO ratio starts at 1), taken from the training forward pass itself, and the distance to the
+engine's behavior logprobs is corrected by veRL's rollout-correction weights (token-level
+truncated IS by default).
 """
 
 from __future__ import annotations
@@ -70,40 +71,56 @@ class CPUBackend(TrainerBackend):
             )
 
     def train_step(self, batch: TrainBatch, algo: AlgorithmConfig) -> dict[str, Any]:
-        old = self.logprobs(batch)
+        """One update, in one forward and backward pass per micro-batch.
+
+        There is one update per batch, so the weights of the training forward pass are the
+        weights before the update: its logprobs, detached, are ``old_logprobs`` (the PPO ratio
+        starts at 1), with no separate no-grad pass. (Our models have no dropout: Qwen2's
+        attention dropout is 0, and so is the LoRA dropout.) The rollout-correction weights and
+        masks are per token and per sequence, so computing them per micro-batch gives the
+        batch's; each micro-batch's token-mean loss is scaled by its token count and the
+        gradient divided by the batch's, a token-mean over the whole batch.
+        """
         mask = batch.response_mask
         advantages = compute_advantages(algo, batch.token_level_rewards, mask, batch.index)
-        is_weights, corr_mask, metrics = rollout_correction(
-            algo, old, batch.behavior_logprobs, mask
-        )
         self.model.train()
         self.optimizer.zero_grad()
-        total_tokens = float(corr_mask.sum().clamp(min=1))
-        losses = []
+        olds: list[torch.Tensor] = []
+        total_tokens, pg_loss = 0.0, 0.0
+        loss_sums: dict[str, float] = {}
         for i in range(0, batch.size, self.micro_batch):
             rows = slice(i, i + self.micro_batch)
             new = self._logprobs(batch, rows)
-            loss, loss_metrics = policy_loss(
-                algo,
-                old[rows],
-                new,
-                advantages[rows],
-                corr_mask[rows],
-                None if is_weights is None else is_weights[rows],
+            old = new.detach()
+            olds.append(old)
+            if not mask[rows].any():  # nothing generated here: no loss (veRL refuses it)
+                continue
+            is_weights, corr_mask, _ = rollout_correction(
+                algo, old, batch.behavior_logprobs[rows], mask[rows]
             )
-            # token-mean per micro-batch, re-weighted to a token-mean over the whole batch
-            weight = float(corr_mask[rows].sum()) / total_tokens
-            (loss * weight).backward()
-            losses.append(loss.item() * weight)
+            loss, loss_metrics = policy_loss(
+                algo, old, new, advantages[rows], corr_mask, is_weights
+            )
+            tokens = float(corr_mask.sum())
+            (loss * tokens).backward()
+            total_tokens += tokens
+            pg_loss += loss.item() * tokens
             for k, v in loss_metrics.items():
-                metrics[k] = metrics.get(k, 0.0) + float(v) * weight
-        grad_norm = torch.nn.utils.clip_grad_norm_(
-            [p for p in self.model.parameters() if p.requires_grad], 1.0
-        )
+                loss_sums[k] = loss_sums.get(k, 0.0) + float(v) * tokens
+        total_tokens = max(total_tokens, 1.0)
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        for p in params:
+            if p.grad is not None:
+                p.grad.div_(total_tokens)
+        grad_norm = torch.nn.utils.clip_grad_norm_(params, 1.0)
         self.optimizer.step()
+        old_all = torch.cat(olds)
+        # the batch's correction metrics, as veRL reports them over the whole batch
+        _, _, metrics = rollout_correction(algo, old_all, batch.behavior_logprobs, mask)
+        metrics.update({k: v / total_tokens for k, v in loss_sums.items()})
         metrics.update(
-            {"actor/pg_loss": sum(losses), "actor/grad_norm": float(grad_norm)},
-            **batch.metrics(old),
+            {"actor/pg_loss": pg_loss / total_tokens, "actor/grad_norm": float(grad_norm)},
+            **batch.metrics(old_all),
         )
         return metrics
 
