@@ -3,6 +3,8 @@ separate no-grad pass, correction and loss weights over the whole batch)."""
 
 from __future__ import annotations
 
+import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -56,3 +58,23 @@ def test_one_pass_update_equals_the_two_pass_update(
     after_one, after_two = one.logprobs(batch), two.logprobs(batch)
     assert (after_one - before).abs().max() > 1e-3  # it learned
     assert torch.allclose(after_one, after_two, atol=1e-5)
+
+
+def test_with_dropout_old_logprobs_come_from_an_eval_pass(
+    tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    """Dropout makes the training pass differ from the pre-update policy, so a model with
+    dropout gets its old logprobs from a separate no-grad pass in eval mode."""
+    assert not CPUBackend(tiny_model_dir, lora_rank=8).dropout
+    model = tmp_path / "dropout"
+    shutil.copytree(tiny_model_dir, model)
+    config = json.loads((model / "config.json").read_text())
+    (model / "config.json").write_text(json.dumps({**config, "attention_dropout": 0.5}))
+    backend = CPUBackend(model, lora_rank=8, micro_batch=3)
+    assert backend.dropout
+    batch = to_batch(_episodes(8, 3))
+    before = backend.logprobs(batch)
+    metrics = backend.train_step(batch, AlgorithmConfig())
+    assert metrics["actor/behavior_kl"] == pytest.approx(
+        float((before - batch.behavior_logprobs)[batch.response_mask.bool()].mean()), abs=1e-6
+    )

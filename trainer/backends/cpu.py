@@ -2,7 +2,8 @@
 gradient accumulation, and veRL's losses and rollout correction.
 
 One update per batch: ``old_logprobs`` are the trainer's own logprobs before the update (so the
-PPO ratio starts at 1), taken from the training forward pass itself, and the distance to the
+PPO ratio starts at 1), taken from the training forward pass itself (from a no-grad eval pass
+first when the model has dropout), and the distance to the
 engine's behavior logprobs is corrected by veRL's rollout-correction weights (token-level
 truncated IS by default).
 """
@@ -19,6 +20,16 @@ from trainer.backends.base import TrainerBackend
 from trainer.batch import TrainBatch
 
 LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj"]
+
+
+def _has_dropout(model: Any) -> bool:
+    """Whether any dropout is active in training mode: a dropout module, or a config's
+    ``*dropout*`` rate (attention dropout is functional in Transformers' models)."""
+    if any(isinstance(m, torch.nn.Dropout) and m.p > 0 for m in model.modules()):
+        return True
+    config = getattr(model, "config", None)
+    rates = vars(config).items() if config is not None else ()
+    return any("dropout" in k and isinstance(v, int | float) and v > 0 for k, v in rates)
 
 
 class CPUBackend(TrainerBackend):
@@ -51,6 +62,9 @@ class CPUBackend(TrainerBackend):
             )
         self.model = model
         self.micro_batch = micro_batch
+        # With dropout the training pass is not the pre-update policy: then ``old_logprobs``
+        # come from a no-grad pass in eval mode first (see train_step).
+        self.dropout = _has_dropout(model)
         params = [p for p in model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(params, lr=lr)
 
@@ -83,6 +97,7 @@ class CPUBackend(TrainerBackend):
         """
         mask = batch.response_mask
         advantages = compute_advantages(algo, batch.token_level_rewards, mask, batch.index)
+        separate = self.logprobs(batch) if self.dropout else None
         self.model.train()
         self.optimizer.zero_grad()
         olds: list[torch.Tensor] = []
@@ -91,7 +106,7 @@ class CPUBackend(TrainerBackend):
         for i in range(0, batch.size, self.micro_batch):
             rows = slice(i, i + self.micro_batch)
             new = self._logprobs(batch, rows)
-            old = new.detach()
+            old = new.detach() if separate is None else separate[rows]
             olds.append(old)
             if not mask[rows].any():  # nothing generated here: no loss (veRL refuses it)
                 continue
