@@ -17,7 +17,7 @@ from proxy.redaction import Redactor
 from proxy.render import Renderer
 from proxy.rollouts import FinishedRollout, Rollout, RolloutRegistry
 from proxy.upstream import Upstream
-from schemas.codec import Record
+from schemas.codec import RolloutRecord
 from schemas.enums import RolloutPhase
 from schemas.reward import RewardEvent
 from schemas.rollout import RolloutEvent
@@ -88,7 +88,7 @@ class ProxyState:
             )
 
     def publish(
-        self, records: Sequence[Record], rollout: Rollout | FinishedRollout | None = None
+        self, records: Sequence[RolloutRecord], rollout: Rollout | FinishedRollout | None = None
     ) -> Receipt:
         """Publish records with their text redacted (a rollout event's message and metadata
         values, a reward's verifier output; completion events are redacted as they are built,
@@ -102,7 +102,7 @@ class ProxyState:
         self.count_redactions()
         return self.publisher.publish(records)
 
-    def _redact(self, record: Record, literals: tuple[str, ...]) -> Record:
+    def _redact(self, record: RolloutRecord, literals: tuple[str, ...]) -> RolloutRecord:
         text = self.redactor.text
         if isinstance(record, RolloutEvent):
             return replace(
