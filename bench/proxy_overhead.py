@@ -2,6 +2,7 @@
 OpenForge's capture proxy and through LiteLLM's proxy, side by side in one run.
 
     .venv/bin/python -m bench.proxy_overhead            # the full matrix, ~10 min on 2 cores
+                                                        # (estimated: not yet run at these quotas)
     .venv/bin/python -m bench.proxy_overhead --quick    # a 1-2 minute check
     .venv/bin/python -m bench.proxy_overhead --workers 1 2 4   # capacity per proxy worker count
 
@@ -74,12 +75,13 @@ PATHS = {
 }
 
 
-# Sized to finish in about 10 minutes on 2 cores: LiteLLM serves ~13 calls/s whatever the
-# concurrency, so it plays fewer turns, and none at 256 clients (``--litellm-256`` adds it).
+# Sized for about 10 minutes on 2 cores (estimated from a run of larger quotas: 9 cells of Chat
+# Completions took 5 min): LiteLLM serves ~15-25 calls/s whatever the concurrency, so it plays
+# fewer turns, and none at 256 clients (``--litellm-256`` adds it).
 FULL: tuple[Level, ...] = (
-    Level(1, 8, 8, litellm=(3, 8)),
-    Level(16, 1, 6, litellm=(1, 4)),
-    Level(64, 1, 4, litellm=(1, 3)),
+    Level(1, 5, 8, litellm=(2, 6)),
+    Level(16, 1, 5, litellm=(1, 3)),
+    Level(64, 1, 3, litellm=(1, 2)),
     Level(256, 1, 2, litellm=None),
 )
 QUICK: tuple[Level, ...] = (Level(1, 3, 6, litellm=(2, 4)), Level(16, 1, 3, litellm=(1, 2)))
