@@ -1,230 +1,417 @@
-"""Latency the proxy adds, measured side by side against calling the upstream directly.
+"""Latency a gateway adds to multi-turn agent conversations: direct to the upstream, through
+OpenForge's capture proxy and through LiteLLM's proxy, side by side in one run.
 
-    .venv/bin/python -m bench.proxy_overhead [--requests 640] [--token-delay-ms 20]
+    .venv/bin/python -m bench.proxy_overhead            # the full matrix, ~10 min on 2 cores
+                                                        # (estimated: not yet run at these quotas)
+    .venv/bin/python -m bench.proxy_overhead --quick    # a 1-2 minute check
+    .venv/bin/python -m bench.proxy_overhead --workers 1 2 4   # capacity per proxy worker count
 
-A fast upstream (``openforge.testing.fast_upstream``: vLLM's response format, 16 tokens per
-answer, no model) runs in one process, the proxy (writing to the embedded local log) in another,
-the clients (aiohttp on uvloop) in this one: three processes on the machine's cores. Streaming Chat
-Completions requests alternate between the upstream's own endpoint and the proxy.
+Each client plays conversations as a harness does (:mod:`bench.proxy_threads`): a long system
+prompt and tools (``--histories``: about 1k, 8k and 30k tokens of the served tokenizer), then a
+new user message per turn, the whole history resent each turn with the assistant's previous
+answer exactly as that path streamed it back. All three dialects (Chat Completions, Responses,
+Anthropic Messages), streaming, at 1/16/64/256 clients (closed loop: a client sends its next
+turn when the answer is in). Every thread is a rollout registered with the proxy; its calls
+carry the rollout's key (the proxy runs with ``--require-keys``).
 
-- 1 client, instant upstream: the proxy's own per-request latency.
-- 64 clients, upstream paced at ``--token-delay-ms`` per token like an engine decoding: the
-  latency the proxy adds while it carries 64 concurrent streams.
-- Capacity: 64 clients without pause against the instant upstream, direct and through the proxy
-  one after the other: requests per second (throughput, not latency).
+The paths, each measured alone in turn for every (dialect, history, clients) cell:
 
-Reported per path: time to first byte and to the last byte, p50 and p99; "added" is proxy minus
-direct at each percentile. Events lost = requests through the proxy minus completion events in
-the log.
+- direct: the upstream's own streaming Chat Completions endpoint with the same conversation (the
+  upstream, ``openforge.testing.fast_upstream``, answers 16 tokens in vLLM's format with no
+  model and speaks no other dialect);
+- OpenForge: ``openforge proxy`` (one worker, the embedded local log) in the call's dialect;
+- LiteLLM: ``litellm[proxy]`` (one worker, a master key, ``model: custom_openai/NAME``) in all
+  three dialects: that provider bridges Responses and Anthropic Messages through the upstream's
+  Chat Completions (``openai/NAME`` would send both to the upstream's ``/v1/responses``, which
+  this upstream does not serve). A dialect it answers with an error is reported and dropped.
+
+Reported per cell: last-byte latency p50/p99 over each thread's calls after its first (the first
+call of a thread renders its whole prompt on every path and is reported apart), "added" = path
+minus direct at the same percentile, requests per second, and the continuity class of every
+OpenForge call read back from its completion event, so a shortcut (a retry reusing recorded ids)
+cannot pass for the render path. The run fails if a measured call is not an ``exact``
+continuation, or if a call through the proxy has no completion event (lost).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import aiohttp
 import httpx
 import uvloop
 
+from bench.litellm_proxy import litellm_proxy
+from bench.proxy_report import Cell, Level, Phase, report
+from bench.proxy_threads import Conversation, Prompt, answer_text
 from infra.eventlog import EVENTS_TOPIC, open_reader
 from infra.local.process import ServiceProcess, free_port
 from infra.paths import default_tiny_dir
+from infra.proxy_client import ProxyAdmin
 from infra.tiny_model import build_tiny_model
+from openforge.stack import proxy_process
 from schemas.codec import decode_message
 from schemas.completion import CompletionEvent
+from schemas.enums import Dialect, RolloutPhase
 
-BODY = {
-    "model": "agent",
-    "stream": True,
-    "max_tokens": 16,
-    "messages": [
-        {"role": "system", "content": "You are a coding agent working in a repository. " * 8},
-        {"role": "user", "content": "List the files, then fix the failing test."},
-    ],
+MODEL = "fast"
+# LiteLLM translates these to the upstream's Chat Completions (each probed at start).
+LITELLM_DIALECTS = (Dialect.CHAT, Dialect.RESPONSES, Dialect.MESSAGES)
+PATHS = {
+    Dialect.CHAT: "/v1/chat/completions",
+    Dialect.RESPONSES: "/v1/responses",
+    Dialect.MESSAGES: "/v1/messages",
 }
-PAYLOAD = json.dumps(BODY).encode()
-HEADERS = {"content-type": "application/json"}
 
 
-def _pct(values: list[float], q: float) -> float:
-    values = sorted(values)
-    return values[min(len(values) - 1, int(q * len(values)))]
+# Sized for about 10 minutes on 2 cores (estimated from a run of larger quotas: 9 cells of Chat
+# Completions took 5 min): LiteLLM serves ~15-25 calls/s whatever the concurrency, so it plays
+# fewer turns, and none at 256 clients (``--litellm-256`` adds it).
+FULL: tuple[Level, ...] = (
+    Level(1, 5, 8, litellm=(2, 6)),
+    Level(16, 1, 5, litellm=(1, 3)),
+    Level(64, 1, 3, litellm=(1, 2)),
+    Level(256, 1, 2, litellm=None),
+)
+QUICK: tuple[Level, ...] = (Level(1, 3, 6, litellm=(2, 4)), Level(16, 1, 3, litellm=(1, 2)))
 
 
-async def _one(client: aiohttp.ClientSession, url: str) -> tuple[float, float]:
-    t0 = time.perf_counter()
-    first = 0.0
-    async with client.post(url, data=PAYLOAD, headers=HEADERS) as resp:
-        resp.raise_for_status()
-        async for _ in resp.content.iter_any():
-            if not first:
-                first = time.perf_counter() - t0
-    return first, time.perf_counter() - t0
+@dataclass
+class Target:
+    """Where one thread's calls go: a URL and its headers."""
+
+    url: str
+    headers: dict[str, str]
+    rollout_id: str | None = None
 
 
-async def _side_by_side(
-    direct: str, proxied: str, clients: int, requests: int
-) -> dict[str, list[float]]:
-    out: dict[str, list[float]] = {k: [] for k in ("d_first", "d_total", "p_first", "p_total")}
-    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=clients * 2)) as client:
-        for url in (direct, proxied):  # warm-up
-            for _ in range(20):
-                await _one(client, url)
+async def _play(
+    session: aiohttp.ClientSession,
+    target: Target,
+    conv: Conversation,
+    dialect: Dialect,
+    turns: int,
+    out: Phase,
+) -> None:
+    name = target.rollout_id or f"direct-{conv.seed}"
+    for turn in range(turns):
+        conv.next_user()
+        payload = json.dumps(conv.body(dialect)).encode()
+        t0 = time.perf_counter()
+        first = 0.0
+        chunks = []
+        async with session.post(target.url, data=payload, headers=target.headers) as resp:
+            async for chunk in resp.content.iter_any():
+                if not first:
+                    first = time.perf_counter() - t0
+                chunks.append(chunk)
+            total = time.perf_counter() - t0
+            if resp.status != 200:
+                raise RuntimeError(
+                    f"{target.url} answered {resp.status}: {b''.join(chunks)[:500]!r}"
+                )
+        conv.record_answer(answer_text(dialect, b"".join(chunks)))
+        out.calls.append((name, turn, first, total))
 
-        async def worker() -> None:
-            # Each client's first round is a warm-up under concurrency (connections opening,
-            # all clients arriving at once) and is not counted: the figures are steady state.
-            for i in range(max(1, requests // clients) + 1):
-                for tag, url in (("d", direct), ("p", proxied)):
-                    first, total = await _one(client, url)
-                    if i:
-                        out[f"{tag}_first"].append(first)
-                        out[f"{tag}_total"].append(total)
 
-        await asyncio.gather(*(worker() for _ in range(clients)))
+async def _phase(
+    targets: list[list[Target]], convs: list[list[Conversation]], dialect: Dialect, turns: int
+) -> Phase:
+    out = Phase()
+    timeout = aiohttp.ClientTimeout(total=900)
+    connector = aiohttp.TCPConnector(limit=len(targets) + 8)
+    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+
+        async def client(ts: list[Target], cs: list[Conversation]) -> None:
+            for t, c in zip(ts, cs, strict=True):
+                await _play(session, t, c, dialect, turns, out)
+
+        t0 = time.perf_counter()
+        await asyncio.gather(*(client(t, c) for t, c in zip(targets, convs, strict=True)))
+        out.wall = time.perf_counter() - t0
     return out
 
 
-async def _capacity(url: str, clients: int, requests: int) -> float:
-    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=clients * 2)) as client:
+class OpenForge:
+    """A running proxy: registers one rollout per thread and finishes them after the phase."""
 
-        async def worker() -> None:
-            for _ in range(requests // clients):
-                await _one(client, url)
+    def __init__(self, admin: ProxyAdmin) -> None:
+        self.admin = admin
+        self.client = httpx.Client(timeout=30)
+        self.sent = 0
 
-        t0 = time.perf_counter()
-        await asyncio.gather(*(worker() for _ in range(clients)))
-        return (requests // clients * clients) / (time.perf_counter() - t0)
+    def register(self, rollout_id: str, dialect: Dialect) -> Target:
+        resp = self.client.post(
+            f"{self.admin.url}/admin/rollouts",
+            json={"rollout_id": rollout_id, "harness": "bench"},
+            headers={"authorization": f"Bearer {self.admin.token}"},
+        )
+        resp.raise_for_status()
+        got = resp.json()
+        # A proxy with several workers answers with the URL of the worker the rollout is on.
+        base = next((got[k] for k in ("base_url", "worker_url", "url") if got.get(k)), None)
+        base = str(base or self.admin.url).rstrip("/")
+        key = got["api_key"]
+        if dialect is Dialect.MESSAGES:
+            headers = {"x-api-key": key, "anthropic-version": "2023-06-01"}
+            url = f"{base}{got['anthropic_base_path']}/v1/messages"
+        else:
+            headers = {"authorization": f"Bearer {key}"}
+            url = f"{base}{got['openai_base_path']}{PATHS[dialect][3:]}"
+        return Target(url, {"content-type": "application/json", **headers}, rollout_id)
+
+    def finish(self, rollout_ids: list[str]) -> None:
+        for rid in rollout_ids:
+            self.admin.finish_rollout(rid, RolloutPhase.FINISHED, exit_code=0)
 
 
-def _count_events(log_dir: Path) -> int:
-    n = 0
+def run_phase(
+    path: str,
+    dialect: Dialect,
+    prompt: Prompt,
+    level: Level,
+    tag: str,
+    urls: dict[str, str],
+    proxy: OpenForge | None,
+) -> Phase:
+    """One path's phase of a cell; ``tag`` names its rollouts."""
+    targets: list[list[Target]] = []
+    convs: list[list[Conversation]] = []
+    rollouts: list[str] = []
+    for c in range(level.clients):
+        ts, cs = [], []
+        for t in range(level.threads):
+            seed = c * 1000 + t
+            cs.append(Conversation(prompt, seed, MODEL))
+            if path == "openforge":
+                assert proxy is not None
+                rid = f"{tag}-c{c}-t{t}"
+                rollouts.append(rid)
+                ts.append(proxy.register(rid, dialect))
+            elif path == "litellm":
+                headers = {"authorization": f"Bearer {urls['litellm_key']}"}
+                if dialect is Dialect.MESSAGES:
+                    headers |= {"x-api-key": urls["litellm_key"], "anthropic-version": "2023-06-01"}
+                headers["content-type"] = "application/json"
+                ts.append(Target(urls["litellm"] + PATHS[dialect], headers))
+            else:
+                ts.append(
+                    Target(
+                        urls["direct"] + PATHS[Dialect.CHAT], {"content-type": "application/json"}
+                    )
+                )
+        targets.append(ts)
+        convs.append(cs)
+    phase_dialect = Dialect.CHAT if path == "direct" else dialect
+    out = uvloop.run(_phase(targets, convs, phase_dialect, level.turns))
+    if proxy is not None and path == "openforge":
+        proxy.sent += len(out.calls)
+        proxy.finish(rollouts)
+    return out
+
+
+def read_events(log_dir: Path) -> dict[tuple[str, int], CompletionEvent]:
+    """Every completion event in the log, by (rollout id, call index)."""
+    out: dict[tuple[str, int], CompletionEvent] = {}
     with open_reader(f"local:{log_dir}", [EVENTS_TOPIC], group="bench") as reader:
-        while records := reader.poll(max_records=5000, timeout=0.2):
-            n += sum(
-                isinstance(r, CompletionEvent) for rec in records for r in decode_message(rec.value)
-            )
-    return n
+        while records := reader.poll(max_records=5000, timeout=0.5):
+            for rec in records:
+                for r in decode_message(rec.value):
+                    if isinstance(r, CompletionEvent):
+                        out[(r.rollout_id, r.call_index)] = r
+    return out
 
 
-def _service(name: str, argv: list[str], tmp: Path, probe: str) -> ServiceProcess:
+def prompt_for(tokens: int, proxy: OpenForge) -> Prompt:
+    """A system prompt and tools of about ``tokens`` tokens in all, as the proxy renders them
+    (its ``count_tokens`` of a thread's first Messages request)."""
+    rollout = f"calibrate-{tokens}"
+    target = proxy.register(rollout, Dialect.MESSAGES)
+    url = target.url + "/count_tokens"
+
+    def count(p: Prompt) -> int:
+        conv = Conversation(p, 0, MODEL)
+        conv.next_user()
+        resp = proxy.client.post(url, json=conv.body(Dialect.MESSAGES), headers=target.headers)
+        resp.raise_for_status()
+        return int(resp.json()["input_tokens"])
+
+    words = max(40, tokens // 3)
+    for _ in range(4):  # tokens per word varies little: a few proportional steps converge
+        words = max(40, int(words * tokens / count(Prompt.sized(words))))
+    proxy.finish([rollout])
+    return Prompt.sized(words)
+
+
+@contextlib.contextmanager
+def service(name: str, argv: list[str], tmp: Path, probe: str) -> Iterator[None]:
     proc = ServiceProcess(name, [sys.executable, "-m", *argv], tmp / f"{name}.log")
     proc.start()
-    proc.wait_ready(lambda: httpx.get(probe).is_success, 120)
-    return proc
+    try:
+        proc.wait_ready(lambda: httpx.get(probe).is_success, 120)
+        yield
+    finally:
+        proc.stop()
 
 
-def _row(clients: int, label: str, r: dict[str, list[float]]) -> None:
-    for tag, name in (("d", "direct"), ("p", "proxy")):
-        f, t = r[f"{tag}_first"], r[f"{tag}_total"]
-        print(
-            f"| {clients} | {label} | {name} | "
-            f"{_pct(f, 0.5) * 1e3:.2f} / {_pct(f, 0.99) * 1e3:.2f} | "
-            f"{_pct(t, 0.5) * 1e3:.2f} / {_pct(t, 0.99) * 1e3:.2f} |"
-        )
-    added = [
-        (_pct(r[f"p_{k}"], q) - _pct(r[f"d_{k}"], q)) * 1e3
-        for k in ("first", "total")
-        for q in (0.5, 0.99)
-    ]
-    print(
-        f"| {clients} | {label} | **added** | **{added[0]:.2f} / {added[1]:.2f}** | "
-        f"**{added[2]:.2f} / {added[3]:.2f}** |"
+def proxy_workers_supported() -> bool:
+    """Whether ``openforge proxy`` takes ``--workers`` (another change adds it)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "openforge", "proxy", "--help"], capture_output=True, text=True
     )
+    return "--workers" in done.stdout
+
+
+@contextlib.contextmanager
+def openforge_proxy(
+    upstream: str, model_dir: Path, out: Path, workers: int, args: list[str]
+) -> Iterator[OpenForge]:
+    extra = ["--require-keys", "--max-concurrency", "1024", *args]
+    if workers > 1:
+        extra += ["--workers", str(workers)]
+    with proxy_process(
+        upstream,
+        model=MODEL,
+        tokenizer=model_dir,
+        log_url=f"local:{out / 'log'}",
+        out=out,
+        extra_args=extra,
+    ) as admin:
+        yield OpenForge(admin)
+
+
+def matrix(
+    dialects: list[Dialect],
+    histories: list[int],
+    levels: tuple[Level, ...],
+    prompts: dict[int, Prompt],
+    urls: dict[str, str],
+    proxy: OpenForge,
+    litellm_dialects: list[Dialect],
+) -> list[Cell]:
+    """Every (dialect, history, clients) cell: direct, OpenForge, LiteLLM one after another."""
+    warm = Level(2, 1, 3)
+    for d in dialects:  # warm-up: imports, connections, caches of every path
+        for path in ("direct", "openforge", "litellm"):
+            if path != "litellm" or d in litellm_dialects:
+                run_phase(path, d, prompts[histories[0]], warm, f"warm-{d}", urls, proxy)
+    cells = []
+    for d in dialects:
+        for h in histories:
+            for lv in levels:
+                cell = Cell(d, h, lv)
+                tag = f"{d}-{h}-{lv.clients}"
+                for path, plays in (("direct", lv), ("openforge", lv)):
+                    cell.phases[path] = run_phase(path, d, prompts[h], plays, tag, urls, proxy)
+                through = lv.through_litellm()
+                if through is not None and d in litellm_dialects:
+                    cell.phases["litellm"] = run_phase(
+                        "litellm", d, prompts[h], through, tag, urls, proxy
+                    )
+                cells.append(cell)
+                print(cell.progress(), flush=True)
+    return cells
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--requests", type=int, default=640, help="requests per path and level")
-    parser.add_argument("--token-delay-ms", type=float, default=20.0)
+    parser.add_argument("--quick", action="store_true", help="a 1-2 minute check")
+    parser.add_argument("--histories", type=int, nargs="+", help="history sizes in tokens")
+    parser.add_argument("--clients", type=int, nargs="+", help="client counts (of the levels)")
+    parser.add_argument("--dialects", nargs="+", choices=[d.value for d in Dialect])
+    parser.add_argument(
+        "--workers", type=int, nargs="+", default=[1], help="proxy worker counts for capacity"
+    )
+    parser.add_argument(
+        "--proxy-args", default="", help="extra `openforge proxy` options, e.g. '--no-fsync'"
+    )
+    parser.add_argument("--no-litellm", action="store_true", help="skip the LiteLLM baseline")
+    parser.add_argument("--litellm-256", action="store_true", help="LiteLLM at 256 clients too")
     args = parser.parse_args()
-    model = build_tiny_model(default_tiny_dir())
+    levels = QUICK if args.quick else FULL
+    pargs = args.proxy_args.split()
+    if args.clients:
+        levels = tuple(lv for lv in FULL if lv.clients in args.clients)
+    if args.litellm_256:
+        levels = tuple(replace(lv, litellm=lv.litellm or (1, 2)) for lv in levels)
+    histories = args.histories or ([1000, 30000] if args.quick else [1000, 8000, 30000])
+    dialects = [Dialect(d) for d in args.dialects] if args.dialects else list(Dialect)
+    model_dir = build_tiny_model(default_tiny_dir())
     tmp = Path(tempfile.mkdtemp(prefix="openforge-bench-"))
-    ports = {k: free_port() for k in ("instant", "paced", "p_instant", "p_paced")}
-    procs: list[ServiceProcess] = []
+    up_port = free_port()
+    upstream = f"http://127.0.0.1:{up_port}"
+    up_argv = ["openforge.testing.fast_upstream", "--port", str(up_port)]
+    up_argv += ["--model-dir", str(model_dir)]
+    t_start = time.perf_counter()
     try:
-        for kind, delay in (("instant", 0.0), ("paced", args.token_delay_ms)):
-            procs.append(
-                _service(
-                    f"upstream-{kind}",
-                    [
-                        "openforge.testing.fast_upstream",
-                        "--port",
-                        str(ports[kind]),
-                        "--model-dir",
-                        str(model),
-                        "--token-delay-ms",
-                        str(delay),
-                    ],
-                    tmp,
-                    f"http://127.0.0.1:{ports[kind]}/v1/models",
-                )
-            )
-            procs.append(
-                _service(
-                    f"proxy-{kind}",
-                    [
-                        "openforge",
-                        "proxy",
-                        "--upstream",
-                        f"http://127.0.0.1:{ports[kind]}",
-                        "--log",
-                        f"local:{tmp / 'events'}",
-                        "--spool",
-                        str(tmp / f"spool-{kind}"),
-                        "--port",
-                        str(ports["p_" + kind]),
-                        "--auto-register",
-                        "--max-concurrency",
-                        "1024",
-                    ],
-                    tmp,
-                    f"http://127.0.0.1:{ports['p_' + kind]}/health",
-                )
-            )
-
-        def urls(kind: str, rollout: str) -> tuple[str, str]:
-            return (
-                f"http://127.0.0.1:{ports[kind]}/v1/chat/completions",
-                f"http://127.0.0.1:{ports['p_' + kind]}/rollout/{rollout}/v1/chat/completions",
-            )
-
-        print("| clients | upstream | path | first byte p50 / p99 ms | last byte p50 / p99 ms |")
-        print("|---|---|---|---|---|")
-        sent = 0
-        r = uvloop.run(_side_by_side(*urls("instant", "one"), 1, args.requests))
-        sent += len(r["p_total"]) + 20 + 1
-        _row(1, "instant", r)
-        r = uvloop.run(_side_by_side(*urls("paced", "many"), 64, args.requests))
-        sent += len(r["p_total"]) + 20 + 64
-        _row(64, f"{args.token_delay_ms:g} ms/token", r)
-        direct, proxied = urls("instant", "capacity")
-        cap_direct = uvloop.run(_capacity(direct, 64, args.requests * 2))
-        cap_proxy = uvloop.run(_capacity(proxied, 64, args.requests * 2))
-        sent += args.requests * 2 // 64 * 64
-        print(
-            f"\ncapacity, 64 clients without pause, instant upstream: direct {cap_direct:,.0f} "
-            f"req/s, through the proxy {cap_proxy:,.0f} req/s ({cap_proxy / cap_direct:.2f}x)"
-        )
-        recorded, deadline = 0, time.monotonic() + 60
-        while time.monotonic() < deadline and recorded < sent:
-            recorded = _count_events(tmp / "events")
-            time.sleep(0.5)
-        print(
-            f"requests through the proxy: {sent}; completion events recorded: {recorded}; "
-            f"lost: {sent - recorded}"
-        )
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(service("upstream", up_argv, tmp, f"{upstream}/v1/models"))
+            proxy = stack.enter_context(openforge_proxy(upstream, model_dir, tmp / "w1", 1, pargs))
+            prompts = {h: prompt_for(h, proxy) for h in histories}
+            urls = {"direct": upstream}
+            litellm_dialects: list[Dialect] = []
+            if not args.no_litellm:
+                gw = stack.enter_context(litellm_proxy(upstream, MODEL, tmp))
+                urls |= {"litellm": gw.url, "litellm_key": gw.key}
+                litellm_dialects = probe_litellm(urls, prompts[histories[0]])
+            cells = matrix(dialects, histories, levels, prompts, urls, proxy, litellm_dialects)
+            capacity = {1: cells} if args.workers == [1] else {}
+            logs = [tmp / "w1" / "log"]
+            if any(w > 1 for w in args.workers) and not proxy_workers_supported():
+                print("`openforge proxy` takes no --workers here: capacity for 1 worker only")
+            elif args.workers != [1]:
+                h = histories[min(1, len(histories) - 1)]
+                for w in args.workers:
+                    out = tmp / f"capacity-{w}"
+                    logs.append(out / "log")
+                    with openforge_proxy(upstream, model_dir, out, w, pargs) as pw:
+                        capacity[w] = [capacity_cell(pw, w, prompts[h], h, urls)]
+                        proxy.sent += pw.sent
+            time.sleep(1)  # the last records flushed
+            events: dict[tuple[str, int], CompletionEvent] = {}
+            for log in logs:
+                events |= read_events(log)
+        ok = report(cells, capacity, events, proxy.sent, litellm_dialects)
+        print(f"\nwall time {time.perf_counter() - t_start:.0f} s")
+        if not ok:
+            sys.exit(1)
     finally:
-        for proc in reversed(procs):
-            proc.stop()
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def capacity_cell(
+    pw: OpenForge, workers: int, prompt: Prompt, history: int, urls: dict[str, str]
+) -> Cell:
+    """256 clients of Chat Completions through a proxy of ``workers`` workers, and direct."""
+    lv = Level(256, 1, 2)
+    cell = Cell(Dialect.CHAT, history, lv)
+    cell.phases["direct"] = run_phase("direct", Dialect.CHAT, prompt, lv, "", urls, None)
+    tag = f"capacity{workers}"
+    cell.phases["openforge"] = run_phase("openforge", Dialect.CHAT, prompt, lv, tag, urls, pw)
+    return cell
+
+
+def probe_litellm(urls: dict[str, str], prompt: Prompt) -> list[Dialect]:
+    """The dialects LiteLLM answers on this upstream (one streamed turn each)."""
+    ok = []
+    for d in LITELLM_DIALECTS:
+        try:
+            run_phase("litellm", d, prompt, Level(1, 1, 2), "probe", urls, None)
+            ok.append(d)
+        except (RuntimeError, aiohttp.ClientError, KeyError, ValueError) as exc:
+            print(f"LiteLLM does not serve {d} on this upstream: {str(exc)[:300]}")
+    return ok
 
 
 if __name__ == "__main__":
