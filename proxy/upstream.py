@@ -109,6 +109,10 @@ class _HTTPUpstream(Upstream):
         await self._client.aclose()
 
 
+KEEPALIVE_S = 4.0  # idle pooled connections are closed after this
+STALE_RETRIES = 3  # sends retried on a new connection when a pooled one was closed meanwhile
+
+
 class CompletionsUpstream(Upstream):
     """``POST /v1/completions``: a prompt of ids, ``return_token_ids``, logprobs, streaming.
 
@@ -129,7 +133,9 @@ class CompletionsUpstream(Upstream):
             self._session = aiohttp.ClientSession(
                 timeout=self._timeout,
                 headers=self._headers,
-                connector=aiohttp.TCPConnector(limit=512, keepalive_timeout=60),
+                # Under the 5 s that uvicorn (vLLM's server) keeps an idle connection open, so
+                # a pooled connection is not one the upstream has just closed.
+                connector=aiohttp.TCPConnector(limit=512, keepalive_timeout=KEEPALIVE_S),
             )
         return self._session
 
@@ -139,14 +145,16 @@ class CompletionsUpstream(Upstream):
 
     async def _post(self, body: dict[str, Any]) -> aiohttp.ClientResponse:
         """Send the request; a pooled connection the upstream closed meanwhile (the request
-        could not be written, or the server hung up before answering) is retried once on a
-        new connection: nothing has reached the harness yet."""
+        could not be written, or the server hung up before answering) is retried on another
+        connection, up to :data:`STALE_RETRIES` times: nothing has reached the harness yet."""
         url = f"{self.base_url}/v1/completions"
         data, headers = orjson.dumps(body), {"content-type": "application/json"}
-        try:
-            return await self._client().post(url, data=data, headers=headers)
-        except (aiohttp.ClientOSError, aiohttp.ServerDisconnectedError):
-            return await self._client().post(url, data=data, headers=headers)
+        for _ in range(STALE_RETRIES):  # each stale pooled connection fails once, then is gone
+            try:
+                return await self._client().post(url, data=data, headers=headers)
+            except (aiohttp.ClientOSError, aiohttp.ServerDisconnectedError):
+                continue
+        return await self._client().post(url, data=data, headers=headers)
 
     async def generate(
         self, prompt: list[int], sampling: SamplingParams, max_tokens: int
