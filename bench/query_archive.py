@@ -4,7 +4,8 @@
 
 Builds an archive in the layout a run keeps (``schemas.archive``): synthetic multi-turn rollouts
 (``openforge.testing.rollouts``: forks, retries, side calls, duplicate deliveries) until their
-completion events hold ``--tokens`` generated tokens, their rollout and reward events, and the
+completion events hold ``--tokens`` generated tokens (each event counted once: rows of the
+``tokens`` view), their rollout and reward events, and the
 episodes the pipeline's assembly core makes of them, written in batches of 500 rollouts (one
 file per record type and batch, as the streaming job writes them per bundle). Then times, on
 one DuckDB connection (``openforge.query.views.connect``, the path ``openforge query`` takes),
@@ -56,9 +57,9 @@ def build(root: Path, tokens: int) -> dict[str, int]:
             seed += 1
             records += rollout.records
             records.append(assemble(rollout.rollout_id, rollout.records, created_us=seed))
-            done = [r for r in rollout.records if isinstance(r, CompletionEvent)]
-            counts["completion events"] += len(done)
-            counts["generated tokens"] += sum(len(e.completion_token_ids) for e in done)
+            done = {r.event_id: r for r in rollout.records if isinstance(r, CompletionEvent)}
+            counts["completion events"] += len(done)  # once each: deliveries repeat some
+            counts["generated tokens"] += sum(len(e.completion_token_ids) for e in done.values())
         counts["rollouts"] += BATCH
         counts["files"] += len(writer.write(records))
     return counts
