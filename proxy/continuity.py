@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from proxy.canonical import CallRequest, Generation, Message
-from proxy.render import Renderer, canonical_json
+from proxy.render import Renderer, canonical_json, leading_system
 from schemas.delta import common_prefix
 from schemas.enums import CompletionStatus, ContinuityClass
 
@@ -54,14 +54,6 @@ class Plan:
     rendered: bool = True  # False when the prompt reuses recorded ids (token-in)
 
 
-def _head(messages: list[Message]) -> int:
-    """Number of leading system messages (shared by unrelated threads, so not evidence)."""
-    n = 0
-    while n < len(messages) and messages[n].get("role") == "system":
-        n += 1
-    return n
-
-
 def rewrites_failed(messages: list[Message], last: LastCall) -> bool:
     """A failed turn resent with its user text rewritten, everything else equal (OpenClaw wraps
     the prompt in a "continue the interrupted task" note when it retries)."""
@@ -81,7 +73,7 @@ def classify(messages: list[Message], expected: list[Message]) -> ContinuityClas
     """Why ``messages`` is not an extension of ``expected`` (best effort, for audits)."""
     k = common_prefix(messages, expected)
     rest_m, rest_e = messages[k:], expected[k:]
-    if k <= _head(messages):
+    if k <= leading_system(messages):
         shorter = len(messages) < len(expected)
         return ContinuityClass.COMPACTED if shorter else ContinuityClass.UNRELATED
     if not rest_e:
@@ -108,7 +100,7 @@ class ContinuityTracker:
     last_event_id: str | None = None
 
     def _match(self, messages: list[Message]) -> Thread | None:
-        head = _head(messages)
+        head = leading_system(messages)
         best, score = None, head
         for thread in self.threads:
             if thread.last is None:
@@ -143,7 +135,7 @@ class ContinuityTracker:
             if not side and recent is not None and recent.last is not None:
                 # Same system prompt, fewer messages than the history it replaces: the harness
                 # compacted the conversation. Other new threads are sub-agents.
-                expected, head = recent.last.expected(), _head(msgs)
+                expected, head = recent.last.expected(), leading_system(msgs)
                 if head and msgs[:head] == expected[:head] and len(msgs) < len(expected):
                     continuity = ContinuityClass.COMPACTED
             thread = Thread(f"{self.rollout_id}/t{len(self.threads)}", side_call=side)

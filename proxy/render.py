@@ -61,7 +61,9 @@ class RenderStats:
     head_checks: int = 0  # first calls whose split encoding was compared with a full one
 
 
-def _head(messages: list[Message]) -> int:
+def leading_system(messages: list[Message]) -> int:
+    """Number of leading system messages: a harness's system prompt, shared by unrelated threads
+    (so no evidence that two calls belong to one)."""
     n = 0
     while n < len(messages) and messages[n].get("role") == "system":
         n += 1
@@ -145,7 +147,7 @@ class Renderer:
     def _head_cut(self, messages: list[Message], tools: list[dict[str, Any]], text: str) -> int:
         """Where the rendering of the leading system messages (and tools) ends in ``text``, cut
         right after the last special token in it; 0 when there is no such point."""
-        h = _head(messages)
+        h = leading_system(messages)
         if h == 0 or h == len(messages):
             return 0
         try:
@@ -232,7 +234,7 @@ class Renderer:
         that rewrite earlier turns), so the caller falls back to rendering in full.
         """
         new = messages[len(base_messages) + 1 :]
-        h = _head(base_messages)
+        h = leading_system(base_messages)
         window = [*base_messages[:h], *base_messages[max(h, len(base_messages) - 1) :]]
         if not self._windows_ok or len(window) == len(base_messages):
             self.stats.full += 1

@@ -9,7 +9,7 @@ their count. A chart without data is the same element with ``data-marks="0"`` an
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from html import escape
 
@@ -161,12 +161,7 @@ def lines(
         return bottom - (y - y0) / ((y1 - y0) or 1.0) * (bottom - top)
 
     body = [f'<line x1="{left}" y1="{bottom}" x2="{right}" y2="{bottom}" stroke="#999"/>']
-    for y in yt:
-        body.append(
-            f'<line x1="{left}" y1="{py(y):.1f}" x2="{right}" y2="{py(y):.1f}" stroke="#eee"/>'
-            f'<text x="{left - 4}" y="{py(y) + 4:.1f}" text-anchor="end" font-size="10">'
-            f"{_num(y)}</text>"
-        )
+    body += _y_grid(yt, py, left, right)
     for x in sorted(set(xs))[:: max(1, len(set(xs)) // 10)]:
         body.append(
             f'<text x="{px(x):.1f}" y="{bottom + 14}" text-anchor="middle" font-size="10">'
@@ -195,6 +190,18 @@ def lines(
     return _svg(name, title, bottom + 54, body, marks)
 
 
+def _y_grid(
+    ticks: Sequence[float], py: Callable[[float], float], left: float, right: float
+) -> list[str]:
+    """Horizontal grid lines at ``ticks``, labelled on the left."""
+    return [
+        f'<line x1="{left}" y1="{py(y):.1f}" x2="{right}" y2="{py(y):.1f}" stroke="#eee"/>'
+        f'<text x="{left - 4}" y="{py(y) + 4:.1f}" text-anchor="end" font-size="10">'
+        f"{_num(y)}</text>"
+        for y in ticks
+    ]
+
+
 def grouped(
     name: str, title: str, labels: Sequence[str], series: Mapping[str, Sequence[float | None]]
 ) -> Chart:
@@ -211,12 +218,7 @@ def grouped(
         return bottom - y / (yt[-1] or 1.0) * (bottom - top)
 
     body = [f'<line x1="{left}" y1="{bottom}" x2="{right}" y2="{bottom}" stroke="#999"/>']
-    for y in yt:
-        body.append(
-            f'<line x1="{left}" y1="{py(y):.1f}" x2="{right}" y2="{py(y):.1f}" stroke="#eee"/>'
-            f'<text x="{left - 4}" y="{py(y) + 4:.1f}" text-anchor="end" font-size="10">'
-            f"{_num(y)}</text>"
-        )
+    body += _y_grid(yt, py, left, right)
     marks = 0
     for g, label in enumerate(labels):
         gx = left + g * group_w + group_w * 0.1

@@ -58,6 +58,22 @@ _STEP_VERSION = """
     )
 """
 
+
+def _reward_by(column: str, what: str) -> Query:
+    """Rewarded rollouts and their mean reward per value of ``column``."""
+    return Query(
+        f"reward_by_{what}",
+        f"Reward by {what}",
+        f"one row per {what}: its rewarded rollouts and their mean reward",
+        _REWARD
+        + f"""
+        SELECT coalesce({column}, '?') AS {column}, count(*) AS rollouts,
+            avg(reward) AS mean_reward
+        FROM scored GROUP BY 1 ORDER BY 1
+        """,
+    )
+
+
 QUERIES: tuple[Query, ...] = (
     Query(
         "train_reward_per_step",
@@ -82,28 +98,8 @@ QUERIES: tuple[Query, ...] = (
         GROUP BY 1 ORDER BY 1
         """,
     ),
-    Query(
-        "reward_by_task",
-        "Reward by task",
-        "one row per task: its rewarded rollouts and their mean reward",
-        _REWARD
-        + """
-        SELECT coalesce(task_id, '?') AS task_id, count(*) AS rollouts,
-            avg(reward) AS mean_reward
-        FROM scored GROUP BY 1 ORDER BY 1
-        """,
-    ),
-    Query(
-        "reward_by_harness",
-        "Reward by harness",
-        "one row per harness: its rewarded rollouts and their mean reward",
-        _REWARD
-        + """
-        SELECT coalesce(harness, '?') AS harness, count(*) AS rollouts,
-            avg(reward) AS mean_reward
-        FROM scored GROUP BY 1 ORDER BY 1
-        """,
-    ),
+    _reward_by("task_id", "task"),
+    _reward_by("harness", "harness"),
     Query(
         "reward_by_policy_version",
         "Reward by policy version",
