@@ -73,18 +73,19 @@ class _WriteEpisodesFn(beam.DoFn):
             self.skipped.inc()
             return
         self._done.add(mark)
-        if self._writer is not None:
-            self._writer.append(
-                self.topic, episode.rollout_id.encode(), encode_message([episode], compress=True)
-            )
         self._buffer.append(episode)
         yield episode
 
     def finish_bundle(self) -> None:
-        if self._writer is not None:
-            self._writer.flush()
+        # The archive first: an episode a reader of the log sees is archived already, so a job
+        # stopped once its episodes are in the log (``openforge train`` does) loses none.
         if self._archive is not None and self._buffer:
             self._archive.write(self._buffer)
+        if self._writer is not None:
+            for episode in self._buffer:
+                frame = encode_message([episode], compress=True)
+                self._writer.append(self.topic, episode.rollout_id.encode(), frame)
+            self._writer.flush()
         self.written.inc(len(self._buffer))
         self._buffer = []
 
