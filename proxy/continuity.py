@@ -10,9 +10,10 @@ full and the mismatch is classified. Generated tokens are never re-derived from 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from proxy.canonical import CallRequest, Generation, Message
-from proxy.render import Renderer, canonical_json, leading_system
+from proxy.render import Renderer, leading_system
 from schemas.delta import common_prefix
 from schemas.enums import CompletionStatus, ContinuityClass
 
@@ -23,7 +24,7 @@ class LastCall:
 
     event_id: str
     messages: list[Message]
-    tools_key: str
+    tools: list[dict[str, Any]]  # compared by value: a changed tool list is no continuation
     assistant: Message | None  # what we answered; None if nothing was generated
     prompt_ids: list[int]
     completion_ids: list[int]
@@ -50,7 +51,7 @@ class Plan:
     prompt_ids: list[int]
     retry_of: str | None = None
     parent_event_id: str | None = None
-    tools_key: str = ""
+    tools: list[dict[str, Any]] = field(default_factory=list)
     rendered: bool = True  # False when the prompt reuses recorded ids (token-in)
 
 
@@ -118,7 +119,7 @@ class ContinuityTracker:
         return best
 
     def plan(self, req: CallRequest, renderer: Renderer) -> Plan:
-        msgs, tools_key = req.messages, canonical_json(req.tools)
+        msgs, tools = req.messages, req.tools
         if self.main_model is None and req.tools:
             self.main_model = req.model
         thread = self._match(msgs)
@@ -141,17 +142,17 @@ class ContinuityTracker:
             thread = Thread(f"{self.rollout_id}/t{len(self.threads)}", side_call=side)
             self.threads.append(thread)
             parent = self.last_event_id if len(self.threads) > 1 and not side else None
-            return Plan(thread, continuity, rendered(), parent_event_id=parent, tools_key=tools_key)
+            return Plan(thread, continuity, rendered(), parent_event_id=parent, tools=tools)
 
         last = thread.last
         if msgs == last.messages:  # the same turn again
-            same_tools = tools_key == last.tools_key
+            same_tools = tools == last.tools
             return Plan(
                 thread,
                 ContinuityClass.RETRY,
                 list(last.prompt_ids) if same_tools else rendered(),
                 retry_of=last.event_id,
-                tools_key=tools_key,
+                tools=tools,
                 rendered=not same_tools,
             )
         if rewrites_failed(msgs, last):  # a failed turn, resent with a rewritten prompt
@@ -160,13 +161,13 @@ class ContinuityTracker:
                 ContinuityClass.RETRY,
                 rendered(),
                 retry_of=last.event_id,
-                tools_key=tools_key,
+                tools=tools,
             )
         expected = last.expected()
         if (
             last.assistant is not None
             and last.status is CompletionStatus.OK
-            and tools_key == last.tools_key
+            and tools == last.tools
             and len(msgs) > len(expected)
             and msgs[: len(expected)] == expected
         ):
@@ -178,11 +179,11 @@ class ContinuityTracker:
                     thread,
                     ContinuityClass.EXACT,
                     [*last.prompt_ids, *last.completion_ids, *suffix],
-                    tools_key=tools_key,
+                    tools=tools,
                     rendered=False,
                 )
-            return Plan(thread, ContinuityClass.REWRITTEN, rendered(), tools_key=tools_key)
-        return Plan(thread, classify(msgs, expected), rendered(), tools_key=tools_key)
+            return Plan(thread, ContinuityClass.REWRITTEN, rendered(), tools=tools)
+        return Plan(thread, classify(msgs, expected), rendered(), tools=tools)
 
     def commit(
         self, plan: Plan, event_id: str, req: CallRequest, gen: Generation, status: CompletionStatus
@@ -192,7 +193,7 @@ class ContinuityTracker:
         plan.thread.last = LastCall(
             event_id=event_id,
             messages=req.messages,
-            tools_key=plan.tools_key,
+            tools=plan.tools,
             assistant=gen.assistant_message() if generated else None,
             prompt_ids=plan.prompt_ids,
             completion_ids=list(gen.token_ids),

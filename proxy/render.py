@@ -13,6 +13,12 @@ Per-call work is kept proportional to what changed, not to the history:
   :data:`VERIFIED_WINDOWS` windowed results are compared with a full rendering; one mismatch
   turns windows off for the renderer (logged, counted in ``stats``). ``verify`` compares every
   call (and answers with the full rendering), ``full`` never uses windows.
+- The window's **head is a stand-in**: its system messages with one-character contents and only
+  the first of the tools. A template renders the system prompt and the tools' JSON at the top,
+  before any turn, so the text after the last message does not depend on them, and rendering
+  a short head three times a call instead of a 30k-token one keeps the cost independent of the
+  history. The stand-in is verified like the window (one mismatch turns it off, the window goes
+  on with the real head).
 - **First calls** (:meth:`Renderer.prompt_ids`) reuse the token ids of the rendered system
   prompt and tools, which every rollout of a run shares, when the rendered text is cut right
   after a special token (the tokenizer splits its input at special tokens, so the ids of the
@@ -23,7 +29,6 @@ Per-call work is kept proportional to what changed, not to the history:
 
 from __future__ import annotations
 
-import json
 import logging
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -52,10 +57,12 @@ class RenderMode(StrEnum):
 class RenderStats:
     """What the renderer did, for metrics and benchmarks."""
 
+    stubbed: int = 0  # continuations rendered from a window with a stand-in head
     windowed: int = 0  # continuations rendered from a window
     full: int = 0  # continuations rendered from the whole conversation
     window_checks: int = 0  # windows compared with a full rendering
     window_mismatches: int = 0  # windows whose result differed from the full rendering
+    stub_mismatches: int = 0  # stand-in heads whose result differed from the full rendering
     head_hits: int = 0  # first calls that reused a cached system prompt's ids
     head_misses: int = 0
     head_checks: int = 0  # first calls whose split encoding was compared with a full one
@@ -100,6 +107,7 @@ class Renderer:
         self.eos_token_id: int | None = self._tok.eos_token_id
         self.stats = RenderStats()
         self._windows_ok = self.mode is not RenderMode.FULL
+        self._stubs_ok = self.mode is not RenderMode.FULL
         self._specials = sorted(
             {str(t) for t in self._tok.all_special_tokens if t}, key=len, reverse=True
         )
@@ -236,26 +244,62 @@ class Renderer:
         new = messages[len(base_messages) + 1 :]
         h = leading_system(base_messages)
         window = [*base_messages[:h], *base_messages[max(h, len(base_messages) - 1) :]]
-        if not self._windows_ok or len(window) == len(base_messages):
-            self.stats.full += 1
-            return self._suffix(base_messages, assistant, completion_ids, new, tools)
-        windowed = self._suffix(window, assistant, completion_ids, new, tools)
-        if self.mode is not RenderMode.VERIFY and self.stats.window_checks >= self.verify_first:
-            self.stats.windowed += 1
-            return windowed
-        self.stats.window_checks += 1
+        # Cheapest first: the window with a stand-in head, the window, the whole conversation.
+        candidates: list[tuple[str, list[Message], list[dict[str, Any]]]] = []
+        if self._stubs_ok and (h or tools):
+            candidates.append(("stubbed", [*_stub_head(window[:h]), *window[h:]], tools[:1]))
+        if self._windows_ok and len(window) < len(base_messages):
+            candidates.append(("windowed", window, tools))
+        checking = self.mode is RenderMode.VERIFY or self.stats.window_checks < self.verify_first
+        if candidates and not checking:
+            kind, msgs, kind_tools = candidates[0]
+            try:
+                out = self._suffix(msgs, assistant, completion_ids, new, kind_tools)
+            except Exception:  # a template that cannot render the stand-in head after all
+                self._mismatch(kind, force=True)
+                return self.continuation(base_messages, assistant, completion_ids, messages, tools)
+            if out is not None:
+                setattr(self.stats, kind, getattr(self.stats, kind) + 1)
+            return out
         self.stats.full += 1
         full = self._suffix(base_messages, assistant, completion_ids, new, tools)
-        if full != windowed:
-            self.stats.window_mismatches += 1
-            if self.mode is RenderMode.AUTO:
-                self._windows_ok = False
-                log.warning(
-                    "this chat template renders a turn differently without the turns before "
-                    "it: continuations are rendered in full from now on (slower, still exact)"
-                )
+        if not candidates:
+            return full
+        self.stats.window_checks += 1
+        for kind, msgs, kind_tools in candidates:
+            try:
+                got = self._suffix(msgs, assistant, completion_ids, new, kind_tools)
+            except Exception:  # a template that cannot render the stand-in head
+                got = None if full is not None else [-1]
+            if got != full:
+                self._mismatch(kind)
         return full
 
+    def _mismatch(self, kind: str, force: bool = False) -> None:
+        """A cheaper rendering differed from the full one (or failed, ``force``): stop using it
+        (in auto mode; always when it failed)."""
+        if kind == "stubbed":
+            self.stats.stub_mismatches += 1
+            if self.mode is RenderMode.AUTO or force:
+                self._stubs_ok = False
+                log.warning(
+                    "this chat template renders a turn differently with another system prompt "
+                    "or tools: continuations render the real ones from now on (slower, exact)"
+                )
+            return
+        self.stats.window_mismatches += 1
+        if self.mode is RenderMode.AUTO or force:
+            self._windows_ok = False
+            self._stubs_ok = False
+            log.warning(
+                "this chat template renders a turn differently without the turns before "
+                "it: continuations are rendered in full from now on (slower, still exact)"
+            )
 
-def canonical_json(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+
+STUB_TEXT = "."  # the content of a stand-in system message
+
+
+def _stub_head(head: list[Message]) -> list[Message]:
+    """Stand-ins for the leading system messages: same roles, a one-character content."""
+    return [{**m, "content": STUB_TEXT} for m in head]

@@ -142,15 +142,21 @@ def test_windowed_continuations_equal_full_renderings(
     renderers: tuple[Renderer, Renderer], dialect: Dialect, thread: Any
 ) -> None:
     full, windowed = renderers
-    before = windowed.stats.windowed
+    before = windowed.stats.windowed, windowed.stats.stubbed
     expected = _play(dialect, thread, full, ContinuityTracker("r"))
     got = _play(dialect, thread, windowed, ContinuityTracker("r"))
     assert got == expected
-    assert windowed.stats.window_mismatches == 0
+    assert windowed.stats.window_mismatches == windowed.stats.stub_mismatches == 0
     exact = sum(c is ContinuityClass.EXACT for c, _ in expected)
-    # Every exact continuation past the first (which has no turn before it to leave out) came
-    # from a window, not from the whole conversation.
-    assert windowed.stats.windowed - before >= max(0, exact - 1)
+    windows = windowed.stats.windowed - before[0]
+    stubbed = windowed.stats.stubbed - before[1]
+    if thread[0] or thread[1]:
+        # With a system prompt or tools, every exact continuation came from a window with a
+        # stand-in head (also the first, whose window is the whole conversation).
+        assert (stubbed, windows) == (exact, 0)
+    else:
+        # Without, every one past the first (no turn before it to leave out) from a window.
+        assert stubbed == 0 and windows >= max(0, exact - 1)
 
 
 def _template_variant(tiny_model_dir: Path, tmp: Path, template: str) -> Path:
@@ -196,6 +202,32 @@ def test_a_template_that_numbers_turns_turns_windows_off_and_stays_exact(
     assert _play(Dialect.CHAT, thread, auto, ContinuityTracker("r")) == expected
     assert auto.stats.window_mismatches == 1 and auto.stats.windowed == 0
     assert [c for c, _ in expected] == [ContinuityClass.FIRST, *[ContinuityClass.EXACT] * 2]
+
+
+def test_a_template_that_reads_the_system_prompt_in_later_turns_keeps_the_real_head(
+    tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    """A template whose later turns depend on the system prompt is caught by the verification of
+    the stand-in head; the window goes on with the real head, and the ids stay exact."""
+    template = (
+        (tiny_model_dir / "chat_template.jinja")
+        .read_text()
+        .replace(
+            "{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>\\n' }}",
+            "{{- '<|im_start|>' + message.role + '\\n' + messages[0].content|length|string "
+            "+ message.content + '<|im_end|>\\n' }}",
+        )
+    )
+    assert "messages[0].content|length" in template
+    tok = _template_variant(tiny_model_dir, tmp_path, template)
+    turns = [(t, 0, ["", "", ""], f"more {t}") for t in "abcd"]
+    thread = ("a long system prompt", 1, "hi", turns)
+    auto = Renderer(tok, RenderMode.AUTO, verify_first=2)
+    expected = _play(Dialect.CHAT, thread, Renderer(tok, RenderMode.FULL), ContinuityTracker("r"))
+    assert _play(Dialect.CHAT, thread, auto, ContinuityTracker("r")) == expected
+    assert [c for c, _ in expected] == [ContinuityClass.FIRST, *[ContinuityClass.EXACT] * 3]
+    assert (auto.stats.stub_mismatches, auto.stats.window_mismatches) == (1, 0)
+    assert (auto.stats.stubbed, auto.stats.windowed) == (0, 1)  # the third call, past the checks
 
 
 def test_first_calls_reuse_the_shared_system_prompt_ids(tiny_model_dir: Path) -> None:
