@@ -9,6 +9,7 @@ the metrics are the :class:`~proxy.lifecycle.CallLifecycle`'s, whose exit runs o
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncGenerator
 
@@ -29,18 +30,44 @@ SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
 
 class CallStream(StreamingResponse):
     """An SSE response that owns the rest of its call's lifecycle: when the response ends (the
-    last byte, a disconnect, an error), it closes the body and runs the lifecycle's exit."""
+    last byte, a disconnect, an error), it closes the body and runs the lifecycle's exit.
+
+    It streams in the request's own task; one small task waits for the client's disconnect and
+    cancels the stream (Starlette's task group and cancel scopes per response cost more than
+    the rest of a short answer's streaming)."""
 
     def __init__(self, body: AsyncGenerator[bytes, None], exit_: contextlib.AsyncExitStack):
         super().__init__(body, media_type="text/event-stream", headers=SSE_HEADERS)
         self._body, self._exit = body, exit_
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        async with self._exit:
-            try:
-                await super().__call__(scope, receive, send)
-            finally:
-                await self._body.aclose()
+        task = asyncio.current_task()
+        assert task is not None
+        gone = asyncio.Event()
+
+        async def watch() -> None:
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            gone.set()
+            task.cancel()
+
+        watcher = asyncio.create_task(watch())
+        try:
+            async with self._exit:
+                try:
+                    start = {"type": "http.response.start", "status": self.status_code}
+                    await send({**start, "headers": self.raw_headers})
+                    async for chunk in self._body:
+                        await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                    await send({"type": "http.response.body", "body": b"", "more_body": False})
+                finally:
+                    await self._body.aclose()
+        except asyncio.CancelledError:
+            if not gone.is_set():
+                raise  # the server's cancellation, not the client's disconnect
+            task.uncancel()
+        finally:
+            watcher.cancel()
 
 
 def _encode(encoder: StreamEncoder, delta: Delta) -> bytes:
@@ -57,11 +84,9 @@ async def _sse(
     dialect, req = lifecycle.dialect, lifecycle.req
     encoder = dialect.stream(req, lifecycle.meta, generation.gen.prompt_tokens)
     try:
-        yield encoder.start()
-        for delta in first:
-            yield _encode(encoder, delta)
-        async for delta in generation.rest():
-            yield _encode(encoder, delta)
+        yield encoder.start() + b"".join(_encode(encoder, delta) for delta in first)
+        async for deltas in generation.rest():  # one write per upstream chunk, not per delta
+            yield b"".join(_encode(encoder, delta) for delta in deltas)
         last = encoder.finish(generation.gen)
         lifecycle.complete()
     except ProxyError as exc:

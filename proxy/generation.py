@@ -17,9 +17,10 @@ class GenerationStream:
     """Reads the upstream's chunks for one call.
 
     :meth:`first` waits for the first chunk (upstream errors surface there, before a response
-    starts); :meth:`rest` yields the remaining deltas; :meth:`close` aborts the upstream request
-    if it is still running. ``gen`` holds everything generated so far, also after an error or a
-    disconnect. ``on_first_token`` is called once, when the first token ids arrive.
+    starts); :meth:`rest` yields the remaining deltas, a list per chunk; :meth:`close` aborts
+    the upstream request if it is still running. ``gen`` holds everything generated so far,
+    also after an error or a disconnect. ``on_first_token`` is called once, when the first
+    token ids arrive.
     """
 
     def __init__(
@@ -32,7 +33,7 @@ class GenerationStream:
         self._on_first_token: Callable[[], None] | None = on_first_token
         self.gen = Generation(prompt_tokens=prompt_tokens)
         self._parser = ToolCallStream()
-        self._rest: AsyncGenerator[Delta, None] | None = None
+        self._rest: AsyncGenerator[list[Delta], None] | None = None
 
     def _absorb(self, chunk: Chunk) -> list[Delta]:
         if chunk.token_ids and self._on_first_token is not None:
@@ -60,20 +61,23 @@ class GenerationStream:
             return self._close_parser()
         return self._absorb(chunk)
 
-    def rest(self) -> AsyncIterator[Delta]:
-        """The deltas after :meth:`first`, ending with what the parser held back."""
+    def rest(self) -> AsyncIterator[list[Delta]]:
+        """The deltas after :meth:`first`, a list per upstream chunk (so one chunk's deltas go
+        out together), ending with what the parser held back."""
         self._rest = self._deltas()
         return self._rest
 
-    async def _deltas(self) -> AsyncGenerator[Delta, None]:
+    async def _deltas(self) -> AsyncGenerator[list[Delta], None]:
         async for chunk in self._chunks:
-            for delta in self._absorb(chunk):
-                yield delta
+            deltas = self._absorb(chunk)
+            if deltas:
+                yield deltas
             # Chunks the upstream already sent arrive without suspending; yield to the loop so
             # a client's disconnect is seen and other streams get their turn.
             await asyncio.sleep(0)
-        for delta in self._close_parser():
-            yield delta
+        deltas = self._close_parser()
+        if deltas:
+            yield deltas
 
     async def close(self) -> None:
         """Abort the upstream request if it is still running (no-op once it has ended)."""

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import abc
 import json
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -33,7 +33,7 @@ from schemas.registry import Registry
 
 @dataclass(slots=True)
 class Chunk:
-    """A piece of a generation as the upstream sent it."""
+    """A piece of a generation as the upstream sent it (what one network read brought)."""
 
     token_ids: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
@@ -174,15 +174,14 @@ class CompletionsUpstream(Upstream):
                     raise _upstream_error(
                         resp.status, await resp.text(), resp.headers.get("retry-after")
                     )
-                async for raw in resp.content:
-                    line = raw.strip()
-                    if not line.startswith(b"data:"):
-                        continue
-                    data = line[5:].strip()
-                    if data == b"[DONE]":
-                        continue
-                    for chunk in _completion_chunks(orjson.loads(_without_prompt_ids(data))):
+                pending = b""
+                async for data in resp.content.iter_any():
+                    lines = (pending + data).split(b"\n")
+                    pending = lines.pop()  # an event cut off by the read: completed by the next
+                    for chunk in _read_chunks(lines):
                         yield chunk
+                for chunk in _read_chunks([pending]):
+                    yield chunk
         except TimeoutError as exc:
             raise ProxyError(504, f"upstream timed out: {exc!r}", code="upstream_timeout") from exc
         except aiohttp.ClientPayloadError as exc:
@@ -207,6 +206,39 @@ def _without_prompt_ids(data: bytes) -> bytes:
         return data
     j = data.find(b"]", i)
     return data[:i] + b'"prompt_token_ids":null' + data[j + 1 :] if j > 0 else data
+
+
+def _read_chunks(lines: list[bytes]) -> Iterator[Chunk]:
+    """The SSE lines of one network read as one chunk: every event the upstream had sent by
+    then, merged (ids, logprobs and text in order), so the answer goes out in one write instead
+    of one per token. An error event is raised after the chunk of the events before it."""
+    chunks: list[Chunk] = []
+    error: ProxyError | None = None
+    for raw in lines:
+        line = raw.strip()
+        if not line.startswith(b"data:"):
+            continue
+        data = line[5:].strip()
+        if data == b"[DONE]":
+            continue
+        try:
+            chunks += _completion_chunks(orjson.loads(_without_prompt_ids(data)))
+        except ProxyError as exc:
+            error = exc
+            break
+    if len(chunks) == 1:
+        yield chunks[0]
+    elif chunks:
+        yield Chunk(
+            token_ids=[i for c in chunks for i in c.token_ids],
+            logprobs=[x for c in chunks for x in c.logprobs],
+            text="".join(c.text for c in chunks),
+            finish_reason=next(
+                (c.finish_reason for c in reversed(chunks) if c.finish_reason), None
+            ),
+        )
+    if error is not None:
+        raise error
 
 
 def _completion_chunks(event: dict[str, Any]) -> list[Chunk]:

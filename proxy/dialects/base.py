@@ -8,13 +8,13 @@ the routes, the call lifecycle and the error rendering find it there.
 
 from __future__ import annotations
 
-import json
 import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+import orjson
 from starlette.responses import JSONResponse
 
 from proxy.canonical import CallRequest, Generation, ToolCall
@@ -103,8 +103,8 @@ def new_id(prefix: str) -> str:
 
 
 def sse(data: dict[str, Any], event: str | None = None) -> bytes:
-    head = f"event: {event}\n" if event else ""
-    return f"{head}data: {json.dumps(data, ensure_ascii=False)}\n\n".encode()
+    head = b"event: " + event.encode() + b"\n" if event else b""
+    return head + b"data: " + orjson.dumps(data) + b"\n\n"
 
 
 def error_type(status: int, types: Mapping[int, str]) -> str:

@@ -3,6 +3,7 @@ upstream."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import httpx
@@ -12,6 +13,8 @@ import pytest
 from infra.local.process import free_port
 from infra.local.vllm import VLLMServer
 from openforge.testing.proxy import completions_of, proxy_config, read_events, running_proxy
+from proxy.errors import ProxyError
+from proxy.upstream import _read_chunks
 from schemas.delta import Reconstructor
 from schemas.enums import CompletionStatus, ContinuityClass
 from tests.proxy.engine import assert_engine_agrees
@@ -79,3 +82,25 @@ def test_unreachable_upstream_is_a_502_in_the_dialect(
         p.flush()
         (event,) = completions_of(read_events(p.config.log_url, group="u", want=1), "u")
         assert event.status is CompletionStatus.UPSTREAM_ERROR and event.error
+
+
+def _event(ids: list[int], text: str, finish: str | None = None) -> bytes:
+    choice = {"text": text, "token_ids": ids, "finish_reason": finish}
+    choice["logprobs"] = {"token_logprobs": [-0.5] * len(ids)}
+    return b"data: " + json.dumps({"choices": [choice]}).encode()
+
+
+def test_the_events_of_one_read_become_one_chunk_and_an_error_follows_them() -> None:
+    """The events one network read brought are merged in order (one write downstream); an error
+    event among them is raised after the chunk of the events before it, so nothing the harness
+    could have been sent is missing from the record."""
+    lines = [_event([1, 2], "ab"), b"", _event([3], "c", "stop"), b"", b"data: [DONE]"]
+    (chunk,) = _read_chunks(lines)
+    assert (chunk.token_ids, chunk.text, chunk.finish_reason) == ([1, 2, 3], "abc", "stop")
+    assert chunk.logprobs == [-0.5] * 3
+    error = b'data: {"error": {"message": "engine died"}}'
+    got = _read_chunks([_event([4], "d"), error, _event([5], "e")])
+    assert next(got).token_ids == [4]
+    with pytest.raises(ProxyError, match="engine died"):
+        next(got)
+    assert list(_read_chunks([b": keep-alive", b""])) == []
