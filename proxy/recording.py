@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import uuid
 from dataclasses import dataclass
 from typing import Any
@@ -12,6 +11,7 @@ from proxy.continuity import Plan
 from proxy.redaction import Redactor
 from proxy.rollouts import Rollout
 from schemas.completion import CompletionEvent, PolicySpan, SamplingParams, Timings, Usage
+from schemas.delta import dump_json
 from schemas.enums import CompletionStatus
 
 
@@ -73,9 +73,7 @@ def completion_event(
     )
     response = None
     if record_bodies and ctx.response_body is not None:
-        response = json.dumps(
-            scrub(ctx.response_body) if active else ctx.response_body, ensure_ascii=False
-        )
+        response = dump_json(scrub(ctx.response_body) if active else ctx.response_body)
     sampling = ctx.req.sampling
     if active and sampling.stop:
         sampling = SamplingParams(

@@ -16,6 +16,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+try:
+    import orjson
+except ImportError:  # pragma: no cover - a schemas-only install
+    orjson = None  # type: ignore[assignment]
+
 from schemas.completion import CompletionEvent
 from schemas.enums import Dialect
 from schemas.errors import SchemaError
@@ -51,6 +56,13 @@ def common_prefix(a: Sequence[Any], b: Sequence[Any]) -> int:
 
 
 def dump_json(value: Any) -> str:
+    """Compact JSON text, UTF-8 as is; orjson where installed (the proxy's extra: several
+    times faster on a harness's tools and system prompt), else the standard library."""
+    if orjson is not None:
+        try:
+            return orjson.dumps(value).decode()
+        except TypeError:  # what orjson does not take (an integer past 64 bits): the slow way
+            pass
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
