@@ -70,6 +70,17 @@ def _check_tree(body: Any) -> None:
 _LONG_NUMBER = re.compile(rb"[0-9]{19,}")  # may be an integer past 64 bits
 
 
+def _check_depth(body: Any) -> None:
+    """The depth of a body orjson parsed (its strings are valid unicode): containers only."""
+    stack: list[tuple[Any, int]] = [(body, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise ProxyError(400, f"request body is nested deeper than {MAX_DEPTH} levels")
+        children = value.values() if isinstance(value, dict) else value
+        stack.extend((v, depth + 1) for v in children if isinstance(v, dict | list))
+
+
 def parse_json(raw: bytes) -> Any:
     """A body's JSON value, checked as the module says. orjson parses it where it can (it
     rejects what the checks reject, but reads an integer past 64 bits as a float: a body with a
@@ -81,7 +92,8 @@ def parse_json(raw: bytes) -> Any:
         except orjson.JSONDecodeError:
             pass
         else:
-            _check_tree(value)
+            if isinstance(value, dict | list):
+                _check_depth(value)
             return value
     try:
         value = json.loads(raw, parse_constant=_reject_constant, parse_float=_finite_float)

@@ -60,8 +60,7 @@ def completion_event(
 
     def scrub(body: dict[str, Any]) -> dict[str, Any]:
         assert redactor is not None
-        out: dict[str, Any] = redactor.json(body, literals)
-        return out
+        return redactor.body(body, literals)
 
     pdelta, hdelta = ctx.rollout.delta(
         ctx.plan,

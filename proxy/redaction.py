@@ -32,6 +32,8 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from schemas.errors import ConfigError
 
 
@@ -129,6 +131,7 @@ LITERAL = "secret"  # the counter label of literal secrets (admin token, a rollo
 CACHE_ENTRIES = 8192  # strings remembered once redacted (harnesses resend the same ones)
 CACHE_CHARS = 8_000_000  # and at most this many characters of them in all
 MIN_SECRET = 6  # no default pattern matches a shorter string ("a@b.cd")
+FIELD_VARIANTS = 8  # redacted values remembered per top-level body field (tools, system, ...)
 
 
 def read_pattern_file(path: Path) -> list[str]:
@@ -178,6 +181,7 @@ class Redactor:
         self.counts: Counter[str] = Counter()
         self._cache: OrderedDict[str, tuple[str, Counter[str]]] = OrderedDict()
         self._cached_chars = 0
+        self._fields: dict[str, list[tuple[bytes, Any, Counter[str]]]] = {}
         defaults_only = all(p.needles for p in self.patterns)
         self._shortest = MIN_SECRET if defaults_only and self.patterns else 1
 
@@ -217,6 +221,34 @@ class Redactor:
             value = pattern.regex.sub(_replacer(pattern.name, counts), value)
             lowered = value.lower()
         return value
+
+    def body(self, body: dict[str, Any], literals: Sequence[str] = ()) -> dict[str, Any]:
+        """:meth:`json` of a request body, remembering the redacted value of each top-level
+        field: a harness resends the same tools and system prompt every call, and walking them
+        again would make each call's cost grow with their size. A remembered value is reused
+        when the field serialises to the same bytes as the one it came from and none of
+        ``literals`` (the caller's own secrets, which differ per rollout) occurs in them."""
+        out: dict[str, Any] = {}
+        for key, value in body.items():
+            name = self.text(key, literals)
+            try:
+                text = orjson.dumps(value) if isinstance(value, dict | list) and value else None
+            except TypeError:  # what orjson does not take (an integer past 64 bits)
+                text = None
+            if text is None or any(s.encode() in text for s in literals):
+                out[name] = self.json(value, literals)
+                continue
+            variants = self._fields.setdefault(name, [])
+            hit = next((v for v in variants if v[0] == text), None)
+            if hit is not None:
+                self.counts.update(hit[2])
+                out[name] = hit[1]
+                continue
+            before = self.counts.copy()
+            out[name] = self.json(value, literals)
+            variants.insert(0, (text, out[name], self.counts - before))
+            del variants[FIELD_VARIANTS:]
+        return out
 
     def json(self, value: Any, literals: Sequence[str] = ()) -> Any:
         """A JSON value with every string (object keys too) redacted; same shape, and values

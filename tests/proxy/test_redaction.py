@@ -291,3 +291,25 @@ def test_a_rollout_registered_with_record_false_publishes_nothing(proxy: Running
     assert not [r for r in records if r.rollout_id == rollout_id]  # type: ignore[union-attr]
     bad = httpx.post(f"{proxy.url}/admin/rollouts", json={"record": "no"}, headers=admin)
     assert bad.status_code == 400 and "'record'" in bad.json()["error"]["message"]
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    tools=st.lists(st.sampled_from(["ls", "token=sk-abcdefghijklmnopqrstuvwx", "key-1", 1, True])),
+    system=st.sampled_from(["plain", "mail me: a.person@example.com", "key-1 here"]),
+    calls=st.integers(1, 4),
+)
+def test_a_body_redacts_as_its_json_does_when_fields_repeat(
+    tools: list[object], system: str, calls: int
+) -> None:
+    """The remembered top-level fields give the same values and counts as a full walk, also
+    when the caller's own secret (``key-1``) or an equal-but-different value (1 / True) comes
+    in a repeated field."""
+    fast, slow = Redactor(build_patterns()), Redactor(build_patterns())
+    for i in range(calls):
+        body = {"tools": [{"description": t} for t in tools], "system": system, "n": i}
+        body["messages"] = [{"role": "user", "content": f"turn {i} key-1"}]
+        assert fast.body(body, ("key-1",)) == slow.json(body, ("key-1",))
+        got = json.dumps(fast.body(dict(body, tools=[{"description": 1}]), ("key-1",)))
+        assert got == json.dumps(slow.json(dict(body, tools=[{"description": 1}]), ("key-1",)))
+        assert fast.counts == slow.counts
