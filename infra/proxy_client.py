@@ -27,7 +27,8 @@ from schemas.errors import ServiceError
 class Registration:
     """A registered rollout: its id, its minted key (None when none was minted) and the base
     paths a harness is pointed at; behind a worker pool (`openforge proxy --workers N`) also
-    the owning worker's URL, which the paths are relative to (no extra hop)."""
+    the owning worker's URL, which the paths are relative to, and its Unix socket: a harness
+    pointed there reaches its worker with no extra hop."""
 
     rollout_id: str
     api_key: str | None
@@ -35,6 +36,7 @@ class Registration:
     anthropic_base_path: str
     base_url: str | None = None  # with --workers: the URL of the worker that owns the rollout
     worker: int | None = None  # and its index
+    unix_socket: str | None = None  # and its Unix socket (the front's --uds given), for sandboxes
 
 
 class ProxyAdmin:
@@ -117,6 +119,7 @@ class ProxyAdmin:
             got["anthropic_base_path"],
             got.get("base_url"),
             got.get("worker"),
+            got.get("unix_socket"),
         )
 
     def finish_rollout(

@@ -40,6 +40,11 @@ class RolloutJob:
     api_key: str  # the rollout's key: all the agent gets
     model: str  # the model name the harness asks the proxy for
     root: Path  # host directory for this attempt's files (workspace, logs, outputs)
+    # Behind a proxy pool (`openforge proxy --workers N`), the worker that owns the rollout, from
+    # its registration answer: the harness calls it directly, never through the pool's front.
+    # None (a single proxy): the backend's own proxy endpoint.
+    proxy_url: str | None = None  # the worker's base URL (the Kubernetes backend's pods)
+    proxy_socket: Path | None = None  # the worker's Unix socket (the local sandbox's forwarder)
 
 
 @dataclass(frozen=True)

@@ -192,9 +192,17 @@ def owner_of(obj: dict[str, Any]) -> dict[str, Any]:
 
 
 def network_policy(
-    namespace: str, proxy_namespace: str, proxy_labels: dict[str, str], proxy_port: int
+    namespace: str,
+    proxy_namespace: str,
+    proxy_labels: dict[str, str],
+    proxy_port: int,
+    proxy_ports: int = 1,
 ) -> dict[str, Any]:
-    """No ingress; egress only to the proxy's pods on its port, and to the cluster's DNS."""
+    """No ingress; egress only to the proxy's pods on its ``proxy_ports`` consecutive ports from
+    ``proxy_port`` (a proxy pool: its front, then its workers), and to the cluster's DNS."""
+    port: dict[str, Any] = {"protocol": "TCP", "port": proxy_port}
+    if proxy_ports > 1:
+        port["endPort"] = proxy_port + proxy_ports - 1
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
@@ -210,7 +218,7 @@ def network_policy(
                             "matchLabels": {"kubernetes.io/metadata.name": proxy_namespace}},
                         "podSelector": {"matchLabels": proxy_labels},
                     }],
-                    "ports": [{"protocol": "TCP", "port": proxy_port}],
+                    "ports": [port],
                 },
                 {
                     "to": [{

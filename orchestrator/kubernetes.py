@@ -89,6 +89,10 @@ class KubeOptions:
         kubeconfig: the cluster (None: ``$KUBECONFIG``, ``~/.kube/config`` or in-cluster).
         pod: how pods are made (namespace, proxy URL, images, security).
         proxy_namespace, proxy_labels, proxy_port: the proxy's pods, the only egress allowed.
+        proxy_ports: how many consecutive ports from ``proxy_port`` egress may reach: 1 for
+            one proxy; ``1 + N`` for a pool of N workers run with ``--worker-port-base
+            PORT+1`` and ``--advertise-host`` set to the name pods reach it by (each rollout's
+            pod then calls its own worker, whose URL the registration answer carries).
         run: a name for this run's objects (default: a fresh one).
         startup_grace_s: how long an image-pull failure or an unschedulable pod may last
             before the attempt is an infrastructure failure.
@@ -102,6 +106,7 @@ class KubeOptions:
         default_factory=lambda: {"app.kubernetes.io/name": "openforge-proxy"}
     )
     proxy_port: int = 8000
+    proxy_ports: int = 1
     run: str | None = None
     startup_grace_s: float = 20.0
     watch_timeout_s: int = 60
@@ -203,7 +208,7 @@ class KubernetesBackend(RolloutBackend):
 
         body = network_policy(
             self.ns, self.options.proxy_namespace, self.options.proxy_labels,
-            self.options.proxy_port,
+            self.options.proxy_port, self.options.proxy_ports,
         )  # fmt: skip
         self.api_calls += 1
         try:
@@ -292,7 +297,9 @@ class KubernetesBackend(RolloutBackend):
         home = job.root / "home"
         try:
             home.mkdir(parents=True, exist_ok=True)
-            endpoint = Endpoint(self.settings.proxy_url, job.rollout_id, job.api_key, job.model)
+            # Behind a proxy pool: the rollout's own worker (no hop through the front).
+            proxy_url = job.proxy_url or self.settings.proxy_url
+            endpoint = Endpoint(proxy_url, job.rollout_id, job.api_key, job.model)
             inv = job.harness.invocation(
                 job.task.instruction, endpoint, RolloutDirs(home, Path(objects.workdir)),
                 job.task.agent.timeout_sec,

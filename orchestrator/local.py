@@ -19,6 +19,15 @@ the solution (except for the ``oracle``), other rollouts, the repository or the 
 verifier runs afterwards in a fresh sandbox over the same workspace with ``tests/`` at
 ``/tests`` read-only and no network at all (:mod:`orchestrator.verifier`, the code path
 ``openforge replay rescore`` runs too).
+
+Behind a proxy pool (``openforge proxy --workers N --uds PATH``) each worker listens on its own
+Unix socket (``PATH``'s stem + ``-w<i>``), and the registration answer names the one that owns
+the rollout (``job.proxy_socket``). That socket, not the front's, is the one bind-mounted into
+the agent's sandbox, behind the same in-sandbox port: the forwarder relays straight to the
+worker, so the rollout's calls take no extra hop through the front, and the agent can reach
+nothing but that one worker (not the front, not the other workers, not the network). The
+socket file stays the same across a restart of the worker (:mod:`proxy.pool`), so a running
+sandbox's bind mount keeps working.
 """
 
 from __future__ import annotations
@@ -132,7 +141,8 @@ class LocalBackend(RolloutBackend):
     def _run_agent(self, job: Job, prepared: Prepared) -> AgentEnd:
         task, harness = job.task, job.harness
         dirs, workdir = prepared.dirs, prepared.workdir
-        endpoint = Endpoint(self.proxy.base_url, job.rollout_id, job.api_key, job.model)
+        proxy = self.endpoint_for(job)
+        endpoint = Endpoint(proxy.base_url, job.rollout_id, job.api_key, job.model)
         # The harness writes its config under the host home, seen at the same path inside; the
         # workspace is named by its path inside the sandbox.
         inv = harness.invocation(
@@ -161,13 +171,20 @@ class LocalBackend(RolloutBackend):
                 env=env,
                 mounts=tuple(mounts),
                 # A harness that calls no model (oracle, noop) gets no network at all.
-                proxy=self.proxy if harness.dialect is not None else None,
+                proxy=proxy if harness.dialect is not None else None,
                 limits=limits(task, self.max_processes),
                 timeout_s=task.agent.timeout_sec,
                 home=str(dirs["home"]),
             )
         )
         return _agent_end(result, harness, job.root / "agent.out", task.agent.timeout_sec)
+
+    def endpoint_for(self, job: Job) -> ProxyEndpoint:
+        """The proxy as ``job``'s sandbox sees it: its own worker's Unix socket behind a proxy
+        pool (same port inside), else the backend's proxy socket."""
+        if job.proxy_socket is None:
+            return self.proxy
+        return ProxyEndpoint(job.proxy_socket, self.proxy.port)
 
     def cancel(self) -> None:
         self._cancelled.set()

@@ -4,6 +4,9 @@ Per rollout (one attempt):
 
 1. ``queued`` is recorded when it is planned; it waits for one of ``concurrency`` slots.
 2. The proxy registers it and mints its key (``started``): the key is all the agent gets.
+   Behind a proxy pool the answer also names the worker that owns the rollout; the backend
+   points the harness at that worker (its URL, or its Unix socket for a sandbox), so the
+   rollout's calls skip the pool's front.
 3. The backend lays out the workspace and runs the harness in its sandbox under the task's agent
    timeout; the agent's end (``finished`` / ``failed`` / ``timed_out``, exit code) is recorded
    with the proxy, which closes the rollout to further calls.
@@ -215,6 +218,8 @@ class Orchestrator:
             reg.api_key or "",
             self.config.model,
             self.run_dir.rollout_root(rollout_id),
+            proxy_url=reg.base_url,
+            proxy_socket=Path(reg.unix_socket) if reg.unix_socket else None,
         )
         ended: list[AgentEnd] = []
 

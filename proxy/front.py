@@ -17,14 +17,20 @@ Served on the proxy's own address (``--port``, ``--uds``), in front of the worke
                                     all are, ``version`` the lowest, and ``workers`` lists each
                                     answer. Any worker failing: 502 naming it (the others have
                                     applied it; every one of these is safe to repeat)
-    GET  /admin/workers             the workers: ``index``, ``base_url``, ``unix_socket``
+    GET  /admin/workers             the workers: ``index``, ``base_url``, ``unix_socket``,
+                                    ``restarts`` (by the pool, :mod:`proxy.pool`), ``pid``
     GET  /health                    every worker's health; 503 while any is unavailable or gone
+    GET  /metrics                   the front's counters and every worker's metrics with a
+                                    ``worker`` label (:mod:`proxy.front_metrics`)
     anything else (calls, models)   forwarded to the owning worker, found by the path's
                                     rollout id or the key (unknown: ``crc32`` of the id,
                                     session header or key), streamed through: one extra hop,
-                                    for clients that still use the front's address
+                                    for clients that still use the front's address (counted in
+                                    ``openforge_proxy_front_forwarded_total``)
 
-Per-rollout state lives only in its worker. ``/metrics`` is per worker (scrape each).
+Per-rollout state lives only in its worker. The orchestrator and ``run_rollout`` point each
+harness at its worker (``base_url``, or the worker's Unix socket for a sandbox), so their calls
+never pass through here.
 """
 
 from __future__ import annotations
@@ -40,6 +46,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import httpx
+from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.applications import Starlette
 from starlette.background import BackgroundTask
 from starlette.requests import Request
@@ -53,6 +60,7 @@ from proxy.credentials import check_admin
 from proxy.dialects.base import error_response
 from proxy.dialects.registry import dialect_for
 from proxy.errors import ProxyError
+from proxy.front_metrics import FrontMetrics
 from proxy.pool import Worker
 
 HOP_HEADERS = {"host", "content-length", "connection", "transfer-encoding", "keep-alive"}
@@ -68,6 +76,7 @@ class Front:
         self.key_owners: dict[str, int] = {}
         self._keys: dict[str, str] = {}  # rollout id -> its key, to forget both together
         self._turn = itertools.count()
+        self.metrics = FrontMetrics()
         self.client = httpx.AsyncClient(
             timeout=httpx.Timeout(config.upstream_timeout, connect=10),
             limits=httpx.Limits(max_connections=None, max_keepalive_connections=1024),
@@ -147,6 +156,7 @@ async def register(front: Front, request: Request) -> Response:
         return _relay(resp)
     answer = dict(resp.json())
     front.assign(answer["rollout_id"], index, answer.get("api_key"))
+    front.metrics.registrations.labels(str(index)).inc()
     return JSONResponse(
         {
             **answer,
@@ -194,6 +204,8 @@ async def workers(front: Front, request: Request) -> Response:
                     "index": w.index,
                     "base_url": w.base_url,
                     "unix_socket": str(w.unix_socket) if w.unix_socket else None,
+                    "restarts": w.restarts,
+                    "pid": w.process.pid,
                 }
                 for w in front.workers
             ]
@@ -220,7 +232,7 @@ async def health(front: Front, request: Request) -> Response:
             "rollouts": sum(a.get("rollouts", 0) for a in answers),
             "finished_rollouts": sum(a.get("finished_rollouts", 0) for a in answers),
             "workers": [
-                {"index": w.index, "base_url": w.base_url, **a}
+                {"index": w.index, "base_url": w.base_url, "restarts": w.restarts, **a}
                 for w, a in zip(front.workers, answers, strict=True)
             ],
         },
@@ -229,14 +241,14 @@ async def health(front: Front, request: Request) -> Response:
 
 
 async def metrics(front: Front, request: Request) -> Response:
-    raise ProxyError(
-        404, "with --workers, each worker serves its own /metrics: GET /admin/workers lists them"
-    )
+    text = await front.metrics.scrape(front.client, front.workers)
+    return Response(text, media_type=CONTENT_TYPE_LATEST)
 
 
 async def forward(front: Front, request: Request) -> Response:
     """A call (or any other route) streamed through to its rollout's worker."""
     worker = front.worker_for(request)
+    front.metrics.forwarded.labels(str(worker.index)).inc()
     headers = [(k, v) for k, v in request.headers.items() if k.lower() not in HOP_HEADERS]
     url = f"{worker.base_url}{request.url.path}"
     if request.url.query:

@@ -7,6 +7,17 @@ log, which takes appends from several processes under a file lock) and spools to
 ``worker_port_base + i``, or a free port; and ``<uds stem>-w<i><suffix>`` when a Unix socket
 is served), starts the processes, and waits until each answers ``/health``. The front
 (:mod:`proxy.front`) assigns rollouts to workers and fans the admin API out to all of them.
+
+Restarts: the pool keeps its own copy of every worker's listening sockets for as long as it
+runs, and a supervisor thread restarts a worker that exits (with a warning naming its status)
+on those same sockets, after a back-off that grows while it keeps dying (1 s, 2 s, ... 30 s).
+So a rollout's ``base_url`` and Unix socket stay valid across a restart: the port is never
+released (connections made meanwhile wait in the listen backlog) and the socket file is never
+replaced (a sandbox bind-mounts the file itself, so a new file would not reach it). What a
+restart cannot bring back is the dead worker's per-rollout state: its rollouts' keys,
+continuity and calls in flight. Their calls and their finish are then refused (401 / 404), which
+the orchestrator treats as an infrastructure failure and retries as a new rollout; its records
+were durable before each call was answered, and its spool is replayed by the new process.
 """
 
 from __future__ import annotations
@@ -18,8 +29,9 @@ import pickle
 import socket
 import subprocess
 import sys
+import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
@@ -31,15 +43,22 @@ from schemas.errors import ConfigError, ServiceError
 
 log = logging.getLogger("openforge.proxy")
 
+RESTART_BACKOFF_S = (1.0, 2.0, 5.0, 10.0, 30.0)  # a worker that keeps dying waits longer
+STABLE_S = 60.0  # a worker that ran this long before it died restarts at once
+
 
 @dataclass
 class Worker:
-    """A started worker: its index, the URL harnesses call, its Unix socket, its process."""
+    """A started worker: its index, the URL harnesses call, its Unix socket, its process (a new
+    one after each restart) and how often it was restarted."""
 
     index: int
     base_url: str
     unix_socket: Path | None
     process: subprocess.Popen[bytes]
+    sockets: list[socket.socket] = field(default_factory=list, repr=False)  # the pool's copies
+    restarts: int = 0
+    started_at: float = field(default_factory=time.monotonic)
 
     def exited(self) -> int | None:
         return self.process.poll()
@@ -55,7 +74,11 @@ def advertised_host(host: str) -> str:
 
 
 class WorkerPool:
-    """``n`` worker processes serving ``config``; a context manager (stops them on exit)."""
+    """``n`` worker processes serving ``config``; a context manager (stops them on exit).
+
+    ``advertise_host`` is the host name in the workers' base URLs (default: ``host``, or this
+    machine's name for a wildcard bind), e.g. the Service name rollout pods reach the pool by.
+    """
 
     def __init__(
         self,
@@ -66,6 +89,8 @@ class WorkerPool:
         worker_port_base: int | None = None,
         ready_timeout: float = 180.0,
         log_dir: Path | None = None,
+        advertise_host: str | None = None,
+        supervise_every_s: float = 0.5,
     ) -> None:
         if n < 1:
             raise ConfigError(f"--workers must be 1 or more, not {n}")
@@ -73,26 +98,44 @@ class WorkerPool:
         self.unix_socket, self.port_base = unix_socket, worker_port_base
         self.ready_timeout = ready_timeout
         self.log_dir = log_dir
+        self.advertise_host = advertise_host or advertised_host(host)
         self.workers: list[Worker] = []
+        self._every = supervise_every_s
+        self._stopping = threading.Event()
+        self._lock = threading.Lock()  # a restart and stop() never overlap
+        self._supervisor: threading.Thread | None = None
 
     def __enter__(self) -> WorkerPool:
         try:
             for i in range(self.n):
-                self.workers.append(self._start(i))
+                self.workers.append(self._bind_and_start(i))
             self._wait_ready()
         except BaseException:
             self.stop()
             raise
+        self._supervisor = threading.Thread(
+            target=self._supervise, name="proxy-pool-supervisor", daemon=True
+        )
+        self._supervisor.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    def _start(self, index: int) -> Worker:
+    def _bind_and_start(self, index: int) -> Worker:
         port = 0 if self.port_base is None else self.port_base + index
         uds = worker_socket(self.unix_socket, index) if self.unix_socket is not None else None
         sockets = listeners(self.host, port, uds)
         bound = int(sockets[0].getsockname()[1])
+        try:
+            process = self._spawn(index, sockets)
+        except BaseException:
+            for s in sockets:
+                s.close()
+            raise
+        return Worker(index, f"http://{self.advertise_host}:{bound}", uds, process, sockets)
+
+    def _spawn(self, index: int, sockets: list[socket.socket]) -> subprocess.Popen[bytes]:
         config = dataclasses.replace(self.config, spool_dir=self.config.spool_dir / f"w{index}")
         fds = tuple(s.fileno() for s in sockets)
         log_file = None
@@ -111,11 +154,9 @@ class WorkerPool:
             process.stdin.write(pickle.dumps(WorkerSpec.of(index, config, fds)))
             process.stdin.close()
         finally:
-            for s in sockets:  # the worker holds its own copies now
-                s.close()
             if log_file is not None:
                 log_file.close()
-        return Worker(index, f"http://{advertised_host(self.host)}:{bound}", uds, process)
+        return process
 
     def _wait_ready(self) -> None:
         deadline = time.monotonic() + self.ready_timeout
@@ -143,20 +184,71 @@ class WorkerPool:
             return ": see its output above"
         return f": see {self.log_dir / f'proxy-w{index}.log'}"
 
+    def _supervise(self) -> None:
+        """Restart each worker that exits, on its own sockets, until :meth:`stop`."""
+        dead_since: dict[int, float] = {}
+        while not self._stopping.wait(self._every):
+            for worker in self.workers:
+                code = worker.exited()
+                if code is None:
+                    continue
+                now = time.monotonic()
+                if worker.index not in dead_since:
+                    dead_since[worker.index] = now
+                    log.warning(
+                        "proxy worker %d (%s) exited with status %s%s; restarting it on the same "
+                        "port and socket (its rollouts' keys, continuity and calls in flight are "
+                        "lost)",
+                        worker.index, worker.base_url, code, self._log_hint(worker.index),
+                    )  # fmt: skip
+                if now - dead_since[worker.index] < self._backoff(worker, now):
+                    continue
+                with self._lock:
+                    if self._stopping.is_set():
+                        return
+                    try:
+                        worker.process = self._spawn(worker.index, worker.sockets)
+                    except OSError as exc:  # try again after the next back-off
+                        log.error("proxy worker %d could not be restarted: %s", worker.index, exc)
+                        dead_since[worker.index] = now
+                        continue
+                    worker.restarts += 1
+                    dead_since.pop(worker.index)
+                    log.warning(
+                        "proxy worker %d restarted (restart %d, pid %d)",
+                        worker.index, worker.restarts, worker.process.pid,
+                    )  # fmt: skip
+                    worker.started_at = now
+
+    @staticmethod
+    def _backoff(worker: Worker, now: float) -> float:
+        if now - worker.started_at >= STABLE_S:
+            return 0.0
+        return RESTART_BACKOFF_S[min(worker.restarts, len(RESTART_BACKOFF_S) - 1)]
+
     def stop(self, grace: float = 15.0) -> None:
-        """SIGTERM every worker (each flushes its publisher), SIGKILL after ``grace`` seconds."""
-        for worker in self.workers:
-            if worker.exited() is None:
-                worker.process.terminate()
-        deadline = time.monotonic() + grace
-        for worker in self.workers:
-            try:
-                worker.process.wait(max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                log.warning("proxy worker %d did not stop in %g s: killing it", worker.index, grace)
-                worker.process.kill()
-                worker.process.wait()
-            if worker.unix_socket is not None:
-                with contextlib.suppress(FileNotFoundError):
-                    worker.unix_socket.unlink()
-        self.workers = []
+        """SIGTERM every worker (each flushes its publisher), SIGKILL after ``grace`` seconds;
+        then close the pool's sockets and remove the Unix socket files."""
+        self._stopping.set()
+        if self._supervisor is not None and self._supervisor is not threading.current_thread():
+            self._supervisor.join(timeout=5)
+        with self._lock:
+            for worker in self.workers:
+                if worker.exited() is None:
+                    worker.process.terminate()
+            deadline = time.monotonic() + grace
+            for worker in self.workers:
+                try:
+                    worker.process.wait(max(0.1, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    log.warning(
+                        "proxy worker %d did not stop in %g s: killing it", worker.index, grace
+                    )
+                    worker.process.kill()
+                    worker.process.wait()
+                for s in worker.sockets:
+                    s.close()
+                if worker.unix_socket is not None:
+                    with contextlib.suppress(FileNotFoundError):
+                        worker.unix_socket.unlink()
+            self.workers = []

@@ -4,7 +4,9 @@
 
 Registers the rollout with the proxy (which mints its key), gives the harness a private home and
 workspace, runs it headless in its own process group under a deadline, stops everything it
-started, and records the rollout's end (phase, exit code) with the proxy. Every process of the
+started, and records the rollout's end (phase, exit code) with the proxy. Behind a proxy pool
+(``openforge proxy --workers N``) the harness calls the worker that owns the rollout (the
+registration answer's ``base_url``), never the pool's front. Every process of the
 rollout carries ``OPENFORGE_SERVICE_ID``, so nothing it spawns can outlive it unnoticed.
 """
 
@@ -121,7 +123,9 @@ def run_rollout(
         harness_version=harness.version,
     )
     dirs = RolloutDirs.under(root / rollout_id)
-    endpoint = Endpoint(proxy_url, rollout_id, registered.api_key or "none", model)
+    # Behind a proxy pool, straight to the worker that owns the rollout (no hop via the front).
+    base = registered.base_url or proxy_url
+    endpoint = Endpoint(base, rollout_id, registered.api_key or "none", model)
     inv = harness.invocation(task, endpoint, dirs, timeout_s)
     service_id = f"{os.getpid()}.rollout-{harness.name}.{uuid.uuid4().hex[:12]}"
     stdout, stderr = root / rollout_id / "stdout.log", root / rollout_id / "stderr.log"

@@ -112,6 +112,13 @@ def proxy(
         int | None,
         typer.Option(help="With --workers: worker i listens on this port + i (default: free)."),
     ] = None,
+    advertise_host: Annotated[
+        str | None,
+        typer.Option(
+            help="With --workers: the host in the workers' base URLs, as harnesses reach them "
+            "(default: --host, or this machine's name for 0.0.0.0), e.g. a Service name."
+        ),
+    ] = None,
 ) -> None:
     """Serve the capture proxy: harnesses talk to it, it records every call."""
     import sys
@@ -159,5 +166,7 @@ def proxy(
     from proxy.pool import WorkerPool
 
     ensure_admin_token(config)  # once, here: every worker gets the same token
-    with WorkerPool(config, workers, host, uds, worker_port_base) as pool:
+    with WorkerPool(
+        config, workers, host, uds, worker_port_base, advertise_host=advertise_host
+    ) as pool:
         serve(create_front(config, pool.workers), host, port, uds)

@@ -21,6 +21,13 @@ def train(
         list[str] | None,
         typer.Option("--set", help="Override one field: section.key=value (repeatable)."),
     ] = None,
+    proxy_workers: Annotated[
+        int | None,
+        typer.Option(
+            help="Proxy worker processes (the config's proxy.workers; default 1): each "
+            "rollout's harness calls its own worker."
+        ),
+    ] = None,
     show_config: Annotated[
         bool, typer.Option(help="Print every field with its default and description, and exit.")
     ] = False,
@@ -43,7 +50,10 @@ def train(
     if show_config:
         console.print(describe(), markup=False, highlight=False)
         return
-    cfg = load_config(config, set_ or [])
+    overrides = [*(set_ or [])]
+    if proxy_workers is not None:  # checked with the rest when the config is built
+        overrides.append(f"proxy.workers={proxy_workers}")
+    cfg = load_config(config, overrides)
     # SIGTERM unwinds like Ctrl-C: sandboxes, the pipeline, the proxy and vLLM are stopped.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     run = TrainingRun(cfg, say=console.print)
@@ -76,7 +86,7 @@ def train(
 
 def demo() -> None:
     """The main job on its defaults: `openforge train examples/cpu-demo.toml`."""
-    train(DEMO_CONFIG, [], False)
+    train(DEMO_CONFIG, [], show_config=False)
 
 
 def _f(value: float | None) -> str:

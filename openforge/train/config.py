@@ -89,9 +89,15 @@ class RolloutsSection:
     max_attempts: int = _f(3, "attempts per rollout when infrastructure fails")
 
 
+MAX_PROXY_WORKERS = 64
+
+
 @dataclass
 class ProxySection:
     max_tokens_cap: int = _f(512, "cap on max_tokens of any call")
+    workers: int = _f(
+        1, "proxy worker processes (1..64); >1: each rollout's harness calls its own worker"
+    )
     extra_args: list[str] = _f([], "more `openforge proxy` flags")
 
 
@@ -168,6 +174,13 @@ class TrainConfig:
             raise ConfigError("warm_start.correct_fraction must be within [0, 1]")
         if self.trainer.max_staleness < 0 or self.trainer.lora_rank < 0:
             raise ConfigError("trainer.max_staleness and trainer.lora_rank must be >= 0")
+        if not 1 <= self.proxy.workers <= MAX_PROXY_WORKERS:
+            raise ConfigError(
+                f"proxy.workers must be from 1 to {MAX_PROXY_WORKERS}, not {self.proxy.workers}: "
+                "1 runs one proxy process, N runs N workers behind a front"
+            )
+        if "--workers" in self.proxy.extra_args:
+            raise ConfigError("set proxy.workers (or --proxy-workers), not --workers in extra_args")
         if self.rollouts.backend is not RolloutBackendName.LOCAL:
             raise ConfigError(
                 f"rollouts.backend = {self.rollouts.backend!r} is not available yet (only 'local')"

@@ -191,6 +191,7 @@ class TrainingRun:
             proxy_args = [
                 "--max-model-len", str(cfg.model.context),
                 "--max-tokens-cap", str(cfg.proxy.max_tokens_cap),
+                "--workers", str(cfg.proxy.workers),  # >1: each sandbox gets its worker's socket
                 *cfg.proxy.extra_args,
             ]  # fmt: skip
             admin = stack.enter_context(

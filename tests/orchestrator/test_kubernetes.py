@@ -25,7 +25,7 @@ from infra.local.kwok_stages import AGENT_MESSAGE, MISSING_IMAGE, VERIFIER_MESSA
 from infra.local.vllm import VLLMServer
 from infra.tasks import Task, load_task
 from openforge.testing.proxy import RunningProxy, proxy_config, running_proxy
-from orchestrator.kube_objects import ROLE, ROLLOUT_ID
+from orchestrator.kube_objects import ROLE, ROLLOUT_ID, network_policy
 from orchestrator.kube_pod import PodSettings
 from orchestrator.kubernetes import KubeOptions, KubernetesBackend
 from orchestrator.plan import plan
@@ -265,6 +265,18 @@ def test_a_task_the_backend_cannot_lay_out_is_refused_before_anything_starts(
         with pytest.raises(ConfigError, match="does not build images"):
             job.orchestrator.check(plan([load_task(pip.path)], 1, run_id="r"))
         assert job.pods() == []
+
+
+def test_the_network_policy_spans_a_proxy_pools_ports() -> None:
+    """A pool's front and its workers on consecutive ports: egress reaches all of them."""
+    labels = {"app.kubernetes.io/name": "openforge-proxy"}
+    one = network_policy(NS, "openforge", labels, 8000)
+    pool = network_policy(NS, "openforge", labels, 8000, proxy_ports=5)
+    assert one["spec"]["egress"][0]["ports"] == [{"protocol": "TCP", "port": 8000}]
+    assert pool["spec"]["egress"][0]["ports"] == [
+        {"protocol": "TCP", "port": 8000, "endPort": 8004}
+    ]
+    assert pool["spec"]["egress"][1] == one["spec"]["egress"][1]  # DNS as before
 
 
 def _copy_task(root: Path, cpus_line: str) -> Task:

@@ -3,15 +3,22 @@
 Rollouts registered through the front land on different workers and the answer names the
 worker's URL; calls sent straight to each worker are recorded (two processes writing one
 embedded log); a policy version, a pause and a resume set through the front reach both
-workers; a call through the front's own address is forwarded to the owning worker."""
+workers; a call through the front's own address is forwarded to the owning worker. A worker
+killed with SIGKILL is restarted by the pool on the same port and socket file and serves new
+rollouts again."""
 
 from __future__ import annotations
 
+import os
+import signal
+import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import httpx
 
+from infra.proxy_client import ProxyAdmin
 from openforge.stack import proxy_process
 from openforge.testing import fast_upstream
 from openforge.testing.proxy import completions_of, read_events, serve_in_thread
@@ -20,7 +27,7 @@ from schemas.enums import CompletionStatus
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
 
 
-def test_two_workers_share_the_rollouts_and_apply_the_admin_api(
+def test_two_workers_share_the_rollouts_apply_the_admin_api_and_restart(
     tiny_model_dir: Path, tmp_path: Path
 ) -> None:
     log_url = f"local:{tmp_path / 'events'}"
@@ -33,6 +40,7 @@ def test_two_workers_share_the_rollouts_and_apply_the_admin_api(
             log_url=log_url,
             out=tmp_path,
             extra_args=["--workers", "2"],
+            unix_socket=tmp_path / "p.sock",
         ) as admin,
     ):
         run = uuid.uuid4().hex[:6]
@@ -65,6 +73,10 @@ def test_two_workers_share_the_rollouts_and_apply_the_admin_api(
             timeout=60,
         )
         assert via_front.status_code == 200 and "data: [DONE]" in via_front.text
+        forwarded = httpx.get(f"{admin.url}/metrics").text  # the extra hop, counted
+        assert (
+            f'openforge_proxy_front_forwarded_total{{worker="{regs[2].worker}"}} 1.0' in forwarded
+        )
 
         # The admin API reaches every worker.
         answer = admin.set_policy_version(7)
@@ -92,6 +104,42 @@ def test_two_workers_share_the_rollouts_and_apply_the_admin_api(
         assert health["status"] == "ok" and len(health["workers"]) == 2
         assert health["finished_rollouts"] == 4
 
+        # A worker killed with SIGKILL is restarted on its port and its socket file.
+        workers = _workers(admin)
+        socket_inode = Path(workers[1]["unix_socket"]).stat().st_ino
+        os.kill(workers[1]["pid"], signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while not (_workers(admin)[1]["restarts"] == 1 and _healthy(admin)):
+            assert time.monotonic() < deadline, "the killed worker was not restarted"
+            time.sleep(0.2)
+        again = _workers(admin)[1]
+        assert again["pid"] != workers[1]["pid"]
+        assert again["base_url"] == workers[1]["base_url"] == regs[1].base_url
+        assert Path(again["unix_socket"]).stat().st_ino == socket_inode
+        # Its rollouts' state went with it; a new rollout on it is served (TCP and socket).
+        fresh = [admin.register_rollout(f"pool-{run}-n{i}") for i in range(2)][1]
+        assert fresh.worker == 1 and fresh.base_url == regs[1].base_url
+        served = httpx.post(
+            f"{fresh.base_url}{fresh.openai_base_path}/chat/completions",
+            json=CHAT,
+            headers=_auth(fresh.api_key),
+            timeout=60,
+        )
+        assert served.status_code == 200, served.text
+        with httpx.Client(transport=httpx.HTTPTransport(uds=again["unix_socket"])) as uds:
+            via_socket = uds.post(
+                f"http://w1{fresh.openai_base_path}/chat/completions",
+                json=CHAT,
+                headers=_auth(fresh.api_key),
+                timeout=60,
+            )
+        assert via_socket.status_code == 200, via_socket.text
+        metrics = httpx.get(f"{admin.url}/metrics").text
+        assert 'openforge_proxy_worker_restarts{worker="1"} 1.0' in metrics
+        assert 'openforge_proxy_worker_up{worker="1"} 1.0' in metrics
+    log_text = (tmp_path / "proxy.log").read_text()
+    assert "exited with status -9" in log_text and "proxy worker 1 restarted" in log_text
+
     records = read_events(log_url, group=run, want=16)
     calls = {r.rollout_id: completions_of(records, r.rollout_id) for r in regs}
     assert [len(calls[r.rollout_id]) for r in regs] == [1, 1, 1, 1]
@@ -102,3 +150,12 @@ def test_two_workers_share_the_rollouts_and_apply_the_admin_api(
 
 def _auth(key: str | None) -> dict[str, str]:
     return {"authorization": f"Bearer {key}"}
+
+
+def _workers(admin: ProxyAdmin) -> list[dict[str, Any]]:
+    got = httpx.get(f"{admin.url}/admin/workers", headers=_auth(admin.token)).json()
+    return list(got["workers"])
+
+
+def _healthy(admin: ProxyAdmin) -> bool:
+    return httpx.get(f"{admin.url}/health").status_code == 200

@@ -44,6 +44,10 @@ def test_every_field_has_a_default_and_a_description() -> None:
         ({"rollouts": {"backend": "kubernetes"}}, "not available yet"),
         ({"pipeline": {"beam_args": "--runner=X"}}, "pipeline.beam_args must be a list"),
         ({"trainer": 3}, "[trainer] must be a table"),
+        ({"proxy": {"workers": 0}}, "proxy.workers must be from 1 to 64, not 0"),
+        ({"proxy": {"workers": 65}}, "proxy.workers must be from 1 to 64, not 65"),
+        ({"proxy": {"workers": "two"}}, "proxy.workers must be a int"),
+        ({"proxy": {"extra_args": ["--workers", "2"]}}, "set proxy.workers"),
     ],
 )
 def test_bad_configs_say_what_is_wrong(data: dict[str, object], message: str) -> None:
@@ -91,3 +95,15 @@ def test_the_resolved_config_round_trips_through_toml(
     cfg.pipeline.beam_args = args
     again = build_config(tomllib.loads(cfg.to_toml()))
     assert again == cfg
+
+
+def test_the_proxy_workers_flag_is_checked_with_the_config() -> None:
+    from typer.testing import CliRunner
+
+    from openforge.cli import app
+
+    result = CliRunner().invoke(app, ["train", "--proxy-workers", "0"])
+    assert isinstance(result.exception, ConfigError), result.output
+    assert "proxy.workers must be from 1 to 64, not 0" in str(result.exception)
+    assert build_config({}, ["proxy.workers=4"]).proxy.workers == 4
+    assert TrainConfig().proxy.workers == 1
