@@ -20,6 +20,9 @@ The paths, each measured alone in turn for every (dialect, history, clients) cel
   upstream, ``openforge.testing.fast_upstream``, answers 16 tokens in vLLM's format with no
   model and speaks no other dialect);
 - OpenForge: ``openforge proxy`` (one worker, the embedded local log) in the call's dialect;
+- relay (Chat Completions cells only): :mod:`bench.relay`, a bare relay on the proxy's own
+  server stack (uvicorn, Starlette, aiohttp, orjson) that renders and records nothing: the
+  floor of what a gateway on this stack adds;
 - LiteLLM: ``litellm[proxy]`` (one worker, a master key, ``model: custom_openai/NAME``) in all
   three dialects: that provider bridges Responses and Anthropic Messages through the upstream's
   Chat Completions (``openai/NAME`` would send both to the upstream's ``/v1/responses``, which
@@ -205,15 +208,12 @@ def run_phase(
                     headers |= {"x-api-key": urls["litellm_key"], "anthropic-version": "2023-06-01"}
                 headers["content-type"] = "application/json"
                 ts.append(Target(urls["litellm"] + PATHS[dialect], headers))
-            else:
-                ts.append(
-                    Target(
-                        urls["direct"] + PATHS[Dialect.CHAT], {"content-type": "application/json"}
-                    )
-                )
+            else:  # direct, or the bare relay (bench.relay) in front of the same upstream
+                base = urls["relay"] if path == "relay" else urls["direct"]
+                ts.append(Target(base + PATHS[Dialect.CHAT], {"content-type": "application/json"}))
         targets.append(ts)
         convs.append(cs)
-    phase_dialect = Dialect.CHAT if path == "direct" else dialect
+    phase_dialect = Dialect.CHAT if path in ("direct", "relay") else dialect
     out = uvloop.run(_phase(targets, convs, phase_dialect, level.turns))
     if proxy is not None and path == "openforge":
         proxy.sent += len(out.calls)
@@ -303,8 +303,8 @@ def matrix(
     """Every (dialect, history, clients) cell: direct, OpenForge, LiteLLM one after another."""
     warm = Level(2, 1, 3)
     for d in dialects:  # warm-up: imports, connections, caches of every path
-        for path in ("direct", "openforge", "litellm"):
-            if path != "litellm" or d in litellm_dialects:
+        for path in ("direct", "openforge", "litellm", "relay"):
+            if (path != "litellm" or d in litellm_dialects) and (path != "relay" or d == "chat"):
                 run_phase(path, d, prompts[histories[0]], warm, f"warm-{d}", urls, proxy)
     cells = []
     for d in dialects:
@@ -312,8 +312,9 @@ def matrix(
             for lv in levels:
                 cell = Cell(d, h, lv)
                 tag = f"{d}-{h}-{lv.clients}"
-                for path, plays in (("direct", lv), ("openforge", lv)):
-                    cell.phases[path] = run_phase(path, d, prompts[h], plays, tag, urls, proxy)
+                paths = ["direct", "openforge"] + (["relay"] if d is Dialect.CHAT else [])
+                for path in paths:
+                    cell.phases[path] = run_phase(path, d, prompts[h], lv, tag, urls, proxy)
                 through = lv.through_litellm()
                 if through is not None and d in litellm_dialects:
                     cell.phases["litellm"] = run_phase(
@@ -359,7 +360,11 @@ def main() -> None:
             stack.enter_context(service("upstream", up_argv, tmp, f"{upstream}/v1/models"))
             proxy = stack.enter_context(openforge_proxy(upstream, model_dir, tmp / "w1", 1, pargs))
             prompts = {h: prompt_for(h, proxy) for h in histories}
-            urls = {"direct": upstream}
+            relay_port = free_port()
+            relay = f"http://127.0.0.1:{relay_port}"
+            relay_argv = ["bench.relay", "--port", str(relay_port), "--upstream", upstream]
+            stack.enter_context(service("relay", relay_argv, tmp, f"{relay}/health"))
+            urls = {"direct": upstream, "relay": relay}
             litellm_dialects: list[Dialect] = []
             if not args.no_litellm:
                 gw = stack.enter_context(litellm_proxy(upstream, MODEL, tmp))

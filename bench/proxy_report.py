@@ -63,7 +63,7 @@ class Cell:
 
     def progress(self) -> str:
         parts = [f"{self.dialect} {self.history} tok {self.level.clients} clients:"]
-        for path in ("openforge", "litellm"):
+        for path in ("openforge", "relay", "litellm"):
             if path in self.phases:
                 parts.append(
                     f"{path} +{self.added(path, 0.5):.2f}/+{self.added(path, 0.99):.2f} ms "
@@ -164,12 +164,32 @@ def report(
         f"\nLiteLLM dialects: {', '.join(map(str, litellm_dialects)) or 'none'}. Calls through "
         f"OpenForge: {sent:,}; completion events recorded: {len(events):,}; lost: {lost}"
     )
+    _floor(cells)
     _goals(cells)
     if lost:
         bad.append(f"{lost} calls through the proxy have no completion event")
     for line in bad:
         print(f"FAILED: {line}")
     return not bad
+
+
+def _floor(cells: list[Cell]) -> None:
+    """The bare relay's added latency (the server stack's floor) beside OpenForge's."""
+    relayed = [c for c in cells if "relay" in c.phases]
+    if not relayed:
+        return
+    print(
+        "\nFloor: a bare relay on the same server stack (bench.relay), Chat Completions:\n\n"
+        "| history tokens | clients | relay added p50 / p99 ms | OpenForge added p50 / p99 ms "
+        "| req/s relay / OpenForge | OpenForge minus relay, p50 ms |\n|---|---|---|---|---|---|"
+    )
+    for c in relayed:
+        rates = f"{c.phases['relay'].rate:,.0f} / {c.phases['openforge'].rate:,.0f}"
+        extra = c.added("openforge", 0.5) - c.added("relay", 0.5)
+        print(
+            f"| {c.history:,} | {c.level.clients} | {_ms(c, 'relay')} | {_ms(c, 'openforge')} "
+            f"| {rates} | {extra:.2f} |"
+        )
 
 
 def _goals(cells: list[Cell]) -> None:
