@@ -21,10 +21,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
 import apache_beam as beam
-from apache_beam.coders import BooleanCoder, BytesCoder, StrUtf8Coder
+from apache_beam.coders import BooleanCoder, BytesCoder, StrUtf8Coder, TupleCoder, VarIntCoder
 from apache_beam.metrics.metric import Metrics
 from apache_beam.transforms.timeutil import TimeDomain
 from apache_beam.transforms.userstate import (
@@ -36,7 +36,8 @@ from apache_beam.transforms.userstate import (
 from apache_beam.utils.timestamp import Duration, Timestamp
 
 from pipeline.assembly import assemble, assemble_dead_letter, missing_events
-from schemas.codec import Record, decode_message, decode_messages
+from schemas.codec import Record, decode_message, peek_rows, peek_type
+from schemas.completion import CompletionEvent
 from schemas.enums import TERMINAL_PHASES, RolloutPhase
 from schemas.errors import SchemaError
 from schemas.reward import RewardEvent
@@ -51,13 +52,64 @@ def _queued(record: Record) -> bool:
     return isinstance(record, RolloutEvent) and record.phase is RolloutPhase.QUEUED
 
 
+class _Flags(NamedTuple):
+    """How a rollout stands, in one state cell (one read and one write an element)."""
+
+    status: str = ""  # "", emitted, closed
+    finished: bool = False
+    rewarded: bool = False
+    began: bool = False  # an event of it other than ``queued`` arrived: its deadline is set
+
+
+_FLAGS_CODER = TupleCoder([StrUtf8Coder(), BooleanCoder(), BooleanCoder(), BooleanCoder()])
+# A frame with its event time (micros) where it shows the rollout began (0 for ``queued``):
+# the latest of those is the rollout's latest event, read only when needed, so that a call's
+# arrival writes no state cell but the bag (each write costs Beam's state cache a sizing walk).
+_FRAME_CODER = TupleCoder([VarIntCoder(), BytesCoder()])
+
+
+def _latest(frames: Any) -> int:
+    return max((micros for micros, _ in frames.read()), default=0)
+
+
+def _read_flags(cell: Any) -> _Flags:
+    value = cell.read()
+    return _Flags(*value) if value is not None else _Flags()
+
+
+class _Arrival(NamedTuple):
+    """What a frame says on arrival: its record type and count, and the records of a reward or
+    lifecycle frame (small, and they decide how the rollout stands). A completion frame is only
+    peeked at here (:func:`peek_rows`); it is decoded once, when its rollout settles."""
+
+    kind: type[Any] | None  # None: the frame cannot be decoded
+    rows: int
+    records: list[Record]
+
+
+def _arrive(frame: bytes) -> _Arrival:
+    try:
+        kind = peek_type(frame).cls
+        if kind is CompletionEvent:
+            return _Arrival(kind, peek_rows(frame), [])
+        records = decode_message(frame)
+        return _Arrival(kind, len(records), records)
+    except Exception:  # damaged: the rollout goes to the dead letters when it settles
+        return _Arrival(None, 0, [])
+
+
+def _deferred(frame: bytes) -> bool:
+    """Whether a frame's decoding was deferred to its rollout's settling (a completion frame
+    whose header and metadata were whole on arrival)."""
+    try:
+        return peek_type(frame).cls is CompletionEvent and peek_rows(frame) >= 0
+    except Exception:
+        return False
+
+
 class _AssembleFn(beam.DoFn):
-    FRAMES = BagStateSpec("frames", BytesCoder())
-    FINISHED = ReadModifyWriteStateSpec("finished", BooleanCoder())
-    REWARDED = ReadModifyWriteStateSpec("rewarded", BooleanCoder())
-    STATUS = ReadModifyWriteStateSpec("status", StrUtf8Coder())  # "", emitted, closed
-    LATEST = ReadModifyWriteStateSpec("latest", StrUtf8Coder())  # latest event time (micros)
-    DAMAGED = ReadModifyWriteStateSpec("damaged", StrUtf8Coder())  # why it cannot be an episode
+    FRAMES = BagStateSpec("frames", _FRAME_CODER)  # every frame of the rollout, as it arrived
+    FLAGS = ReadModifyWriteStateSpec("flags", _FLAGS_CODER)
     DEADLINE = TimerSpec("deadline", TimeDomain.WATERMARK)
     SETTLED = TimerSpec("settled", TimeDomain.WATERMARK)  # finished, rewarded, all delivered
 
@@ -81,47 +133,46 @@ class _AssembleFn(beam.DoFn):
         element: tuple[str, bytes],
         timestamp: Any = beam.DoFn.TimestampParam,
         frames: Any = beam.DoFn.StateParam(FRAMES),
-        finished: Any = beam.DoFn.StateParam(FINISHED),
-        rewarded: Any = beam.DoFn.StateParam(REWARDED),
-        status: Any = beam.DoFn.StateParam(STATUS),
-        latest: Any = beam.DoFn.StateParam(LATEST),
-        damaged: Any = beam.DoFn.StateParam(DAMAGED),
+        flags_cell: Any = beam.DoFn.StateParam(FLAGS),
         deadline: Any = beam.DoFn.TimerParam(DEADLINE),
         settled: Any = beam.DoFn.TimerParam(SETTLED),
     ) -> Iterator[Any]:
         rollout_id, frame = element
-        state = status.read()
-        try:
-            records = decode_message(frame)
-        except Exception as exc:  # damaged: the rollout goes to the dead letters when it settles
+        flags = before = _read_flags(flags_cell)
+        reopened = False
+        arrival = _arrive(frame)
+        if arrival.kind is None:
             self.undecodable.inc()
-            records = []
-            if not damaged.read():
-                damaged.write(f"a frame of it cannot be decoded: {exc}")
-        self.events_read.inc(len(records))
-        has_reward = any(isinstance(r, RewardEvent) for r in records)
-        if state == EMITTED:
-            self.late.inc(len(records))
+        self.events_read.inc(arrival.rows)
+        has_reward = arrival.kind is RewardEvent and arrival.rows > 0
+        if flags.status == EMITTED:
+            self.late.inc(arrival.rows)
             if has_reward:  # a revised reward after the episode went out
                 yield self._dead_letter(
-                    rollout_id, records, "reward arrived after the episode was emitted"
+                    rollout_id, arrival.records, "reward arrived after the episode was emitted"
                 )
             return
-        if state == CLOSED:
-            if timestamp.micros > int(latest.read() or 0) + self.lateness.micros:
-                self.late.inc(len(records))
+        latest = 0
+        if flags.status == CLOSED:
+            latest = _latest(frames)
+            if timestamp.micros > latest + self.lateness.micros:
+                self.late.inc(arrival.rows)
                 if has_reward:
                     yield self._dead_letter(
-                        rollout_id, records, "reward arrived after the rollout's deadline"
+                        rollout_id, arrival.records, "reward arrived after the rollout's deadline"
                     )
                 return
             # In time by event time, so the deadline fired before this element was delivered
             # (the local runner can do that): reopen, with the deadline it had. A dead letter
             # already sent is superseded by the episode with the same episode id.
             self.reopened.inc()
-            status.write("")
-        if records:
-            frames.add(frame)
+            flags = flags._replace(status="")
+            reopened = True
+        records = arrival.records
+        began = arrival.rows > 0 and (
+            arrival.kind is not RolloutEvent or any(not _queued(r) for r in records)
+        )
+        frames.add((timestamp.micros if began else 0, frame))
         infra = [
             r
             for r in records
@@ -130,50 +181,77 @@ class _AssembleFn(beam.DoFn):
         if infra:  # no reward will come: the orchestrator retries it as another rollout
             yield self._dead_letter(
                 rollout_id,
-                decode_messages(frames.read()),
+                self._decode(frames)[0],
                 f"infrastructure failure: {infra[0].message or 'no message'}",
             )
-            status.write(EMITTED)  # settled: later records of it are counted as late
+            flags_cell.write(flags._replace(status=EMITTED))  # later records count as late
             frames.clear()
             return
-        if any(isinstance(r, RolloutEvent) and r.phase in TERMINAL_PHASES for r in records):
-            finished.write(True)
-        if has_reward:
-            rewarded.write(True)
-        micros = max(int(latest.read() or 0), timestamp.micros)
-        if any(not _queued(r) for r in records):  # the deadline runs once the rollout began:
-            latest.write(str(micros))  # a rollout may wait in the queue for a slot any time
-            deadline.set(Timestamp(micros=micros) + self.lateness)  # reopened ones too
-        if finished.read() and rewarded.read():
+        if began and (not flags.began or reopened):
+            # The deadline runs once the rollout began (it may wait in the queue for a slot any
+            # time). It is set once (again when reopened), not at every element: when it fires,
+            # it moves itself to the rollout's latest event + lateness if that is later.
+            deadline.set(Timestamp(micros=max(latest, timestamp.micros)) + self.lateness)
+        flags = _Flags(
+            flags.status,
+            flags.finished
+            or any(isinstance(r, RolloutEvent) and r.phase in TERMINAL_PHASES for r in records),
+            flags.rewarded or has_reward,
+            flags.began or began,
+        )
+        if flags.finished and flags.rewarded:
             if self.emit_at_once:  # the runner delivers the log in order (see AssembleEpisodes)
-                yield from self._settle(rollout_id, frames, status, damaged)
+                out = self._settle(rollout_id, frames)
+                if out is not None:
+                    yield out
+                    flags = flags._replace(status=EMITTED)
             else:  # once the watermark is past its events (record times have 1 ms resolution)
-                settled.set(Timestamp(micros=micros + 1000))
+                settled.set(Timestamp(micros=max(_latest(frames), timestamp.micros) + 1000))
+        if flags != before:
+            flags_cell.write(flags)
 
     @on_timer(SETTLED)
     def settle(
         self,
         key: Any = beam.DoFn.KeyParam,
         frames: Any = beam.DoFn.StateParam(FRAMES),
-        status: Any = beam.DoFn.StateParam(STATUS),
-        damaged: Any = beam.DoFn.StateParam(DAMAGED),
+        flags_cell: Any = beam.DoFn.StateParam(FLAGS),
     ) -> Iterator[Any]:
-        if not status.read():
-            yield from self._settle(key, frames, status, damaged)
+        flags = _read_flags(flags_cell)
+        if not flags.status:
+            out = self._settle(key, frames)
+            if out is not None:
+                yield out
+                flags_cell.write(flags._replace(status=EMITTED))
 
-    def _settle(self, rollout_id: str, frames: Any, status: Any, damaged: Any) -> Iterator[Any]:
-        """Emit the episode of a finished, rewarded rollout, unless calls it extends have not
-        arrived yet: then it waits for them (each arrival settles again) or for its deadline."""
-        records = decode_messages(frames.read())
-        if damaged.read():
-            yield self._dead_letter(rollout_id, records, damaged.read())
+    def _decode(self, frames: Any) -> tuple[list[Record], str | None]:
+        """The rollout's records, and why it cannot be an episode (a frame of it that cannot
+        be decoded, the first in arrival order), if so. The frames are cleared after."""
+        records: list[Record] = []
+        damage = None
+        for _, frame in frames.read():
+            try:
+                records += decode_message(frame)
+            except Exception as exc:
+                damage = damage or f"a frame of it cannot be decoded: {exc}"
+                if _deferred(frame):  # not counted on arrival: it was only peeked at then
+                    self.undecodable.inc()
+        return records, damage
+
+    def _settle(self, rollout_id: str, frames: Any) -> Any:
+        """The episode (or dead letter) of a finished, rewarded rollout, clearing its frames;
+        None while calls it extends have not arrived yet: then it waits for them (each arrival
+        settles again) or for its deadline."""
+        records, damage = self._decode(frames)
+        if damage:
+            out = self._dead_letter(rollout_id, records, damage)
         elif missing_events(records):
             self.incomplete.inc()
-            return
+            return None
         else:
-            yield self._emit(rollout_id, records)
-        status.write(EMITTED)
+            out = self._emit(rollout_id, records)
         frames.clear()
+        return out
 
     @on_timer(DEADLINE)
     def expire(
@@ -181,13 +259,11 @@ class _AssembleFn(beam.DoFn):
         key: Any = beam.DoFn.KeyParam,
         fired_at: Any = beam.DoFn.TimestampParam,
         frames: Any = beam.DoFn.StateParam(FRAMES),
-        rewarded: Any = beam.DoFn.StateParam(REWARDED),
-        finished: Any = beam.DoFn.StateParam(FINISHED),
-        status: Any = beam.DoFn.StateParam(STATUS),
-        damaged: Any = beam.DoFn.StateParam(DAMAGED),
+        flags_cell: Any = beam.DoFn.StateParam(FLAGS),
         deadline: Any = beam.DoFn.TimerParam(DEADLINE),
     ) -> Iterator[Any]:
-        if status.read():
+        flags = _read_flags(flags_cell)
+        if flags.status:
             return
         if self.defer_early_deadlines and fired_at.micros > time.time_ns() // 1000:
             # Event times are the log's wall-clock append times, so a deadline still in the
@@ -196,26 +272,30 @@ class _AssembleFn(beam.DoFn):
             self.early.inc()
             deadline.set(fired_at)
             return
-        records = decode_messages(frames.read())
+        due = Timestamp(micros=_latest(frames)) + self.lateness
+        if due > fired_at:  # events came after it was set: the deadline is later
+            deadline.set(due)
+            return
+        records, damage = self._decode(frames)
         missing = missing_events(records)
-        if damaged.read():
-            yield self._dead_letter(key, records, damaged.read())
-            status.write(EMITTED)  # settled: later records of it are counted as late
+        if damage:
+            yield self._dead_letter(key, records, damage)
+            flags_cell.write(flags._replace(status=EMITTED))  # later records count as late
             frames.clear()
             return
-        if rewarded.read() and not missing:  # rewarded, never reported its end: train on it
+        if flags.rewarded and not missing:  # rewarded, never reported its end: train on it
             yield self._emit(key, records)
-            status.write(EMITTED)
+            flags_cell.write(flags._replace(status=EMITTED))
             frames.clear()
             return
         if missing:
             reason = f"calls it extends never arrived: {', '.join(missing)}"
         else:
             reason = "no reward by the deadline" + (
-                "" if finished.read() else "; the rollout never reported its end"
+                "" if flags.finished else "; the rollout never reported its end"
             )
         yield self._dead_letter(key, records, reason)
-        status.write(CLOSED)  # frames are kept: an element in time by event time reopens
+        flags_cell.write(flags._replace(status=CLOSED))  # frames kept: in-time ones reopen
 
     def _emit(self, rollout_id: str, records: list[Record]) -> Any:
         """The rollout's episode, or its dead letter if its records cannot be assembled."""

@@ -17,6 +17,7 @@ from schemas.codec import (
     decode_message,
     encode_batch,
     encode_message,
+    peek_rows,
     peek_type,
 )
 from schemas.completion import CompletionEvent, Timings
@@ -41,6 +42,7 @@ def test_batch_and_frame_round_trip(strategy: Any, data: st.DataObject) -> None:
     for compress in (False, True):
         frame = encode_message(records, compress=compress)
         assert peek_type(frame).cls is cls
+        assert peek_rows(frame) == len(records)
         assert decode_message(frame) == records
 
 
@@ -105,3 +107,8 @@ def test_bad_records_and_frames_are_refused_clearly() -> None:
         decode_message(bytes(frame))
     with pytest.raises(SchemaError, match="shorter than its header"):
         decode_message(b"OF")
+    whole = encode_message([_event()])
+    with pytest.raises(SchemaError, match="corrupt completion frame"):
+        peek_rows(whole[:12])  # the header, then the Arrow message cut short
+    with pytest.raises(SchemaError, match="bad magic"):
+        peek_rows(b"XX" + whole[2:])
