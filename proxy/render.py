@@ -268,10 +268,10 @@ class Renderer:
         self.stats.window_checks += 1
         for kind, msgs, kind_tools in candidates:
             try:
-                got = self._suffix(msgs, assistant, completion_ids, new, kind_tools)
+                same = self._suffix(msgs, assistant, completion_ids, new, kind_tools) == full
             except Exception:  # a template that cannot render the stand-in head
-                got = None if full is not None else [-1]
-            if got != full:
+                same = False
+            if not same:
                 self._mismatch(kind)
         return full
 
