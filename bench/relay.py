@@ -2,8 +2,9 @@
 
 One route, ``POST /v1/chat/completions``: the body is read, parsed and re-serialised with orjson
 and sent to the upstream's same route with aiohttp; the upstream's stream goes back to the
-client chunk by chunk through a Starlette ``StreamingResponse``, served by uvicorn with uvloop
-and httptools (what ``openforge proxy`` runs on). Nothing is rendered, tokenized, recorded or
+client chunk by chunk through a Starlette ``StreamingResponse``, served by
+:func:`proxy.serve.serve` (uvicorn with uvloop and httptools, the listeners and settings
+``openforge proxy`` runs with). Nothing is rendered, tokenized, recorded or
 checked, so the latency it adds is the server's, the client's and the extra hop's alone.
 
     python -m bench.relay --port 8300 --upstream http://127.0.0.1:8200
@@ -17,11 +18,12 @@ from collections.abc import AsyncIterator
 
 import aiohttp
 import orjson
-import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
+
+from proxy.serve import serve
 
 
 def create_app(upstream: str) -> Starlette:
@@ -69,13 +71,7 @@ def main() -> None:
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--upstream", required=True, help="the upstream's base URL")
     args = parser.parse_args()
-    uvicorn.run(
-        create_app(args.upstream.rstrip("/")),
-        host="127.0.0.1",
-        port=args.port,
-        log_level="warning",
-        access_log=False,
-    )
+    serve(create_app(args.upstream.rstrip("/")), "127.0.0.1", args.port)  # the proxy's server
 
 
 if __name__ == "__main__":
