@@ -58,7 +58,7 @@ def completion_event(
             return value
         return redactor.text(value, literals)
 
-    def scrub(body: dict[str, Any]) -> dict[str, Any]:
+    def scrub(body: dict[str, Any]) -> dict[str, Any]:  # a request body: its fields repeat
         assert redactor is not None
         return redactor.body(body, literals)
 
@@ -72,7 +72,9 @@ def completion_event(
     )
     response = None
     if record_bodies and ctx.response_body is not None:
-        response = dump_json(scrub(ctx.response_body) if active else ctx.response_body)
+        answer = ctx.response_body
+        # An answer's fields are new each call: walked, not remembered (see Redactor.body).
+        response = dump_json(redactor.json(answer, literals) if redactor and active else answer)
     sampling = ctx.req.sampling
     if active and sampling.stop:
         sampling = SamplingParams(
