@@ -11,7 +11,7 @@ from proxy.continuity import Plan
 from proxy.redaction import Redactor
 from proxy.rollouts import Rollout
 from schemas.completion import CompletionEvent, PolicySpan, SamplingParams, Timings, Usage
-from schemas.delta import dump_json
+from schemas.delta import HISTORY_KEYS, dump_json
 from schemas.enums import CompletionStatus
 
 
@@ -60,7 +60,7 @@ def completion_event(
 
     def scrub(body: dict[str, Any]) -> dict[str, Any]:  # a request body: its fields repeat
         assert redactor is not None
-        return redactor.body(body, literals)
+        return redactor.body(body, literals, fresh=HISTORY_KEYS[ctx.req.dialect])
 
     pdelta, hdelta = ctx.rollout.delta(
         ctx.plan,

@@ -222,17 +222,22 @@ class Redactor:
             lowered = value.lower()
         return value
 
-    def body(self, body: dict[str, Any], literals: Sequence[str] = ()) -> dict[str, Any]:
+    def body(
+        self, body: dict[str, Any], literals: Sequence[str] = (), fresh: str | None = None
+    ) -> dict[str, Any]:
         """:meth:`json` of a request body, remembering the redacted value of each top-level
         field: a harness resends the same tools and system prompt every call, and walking them
         again would make each call's cost grow with their size. A remembered value is reused
         when the field serialises to the same bytes as the one it came from and none of
-        ``literals`` (the caller's own secrets, which differ per rollout) occurs in them."""
+        ``literals`` (the caller's own secrets, which differ per rollout) occurs in them.
+        ``fresh`` names a field that is new every call (the history's new items): walked, not
+        remembered."""
         out: dict[str, Any] = {}
         for key, value in body.items():
             name = self.text(key, literals)
+            remember = key != fresh and isinstance(value, dict | list) and value
             try:
-                text = orjson.dumps(value) if isinstance(value, dict | list) and value else None
+                text = orjson.dumps(value) if remember else None
             except TypeError:  # what orjson does not take (an integer past 64 bits)
                 text = None
             if text is None or any(s.encode() in text for s in literals):
