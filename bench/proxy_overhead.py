@@ -1,8 +1,7 @@
 """Latency a gateway adds to multi-turn agent conversations: direct to the upstream, through
 OpenForge's capture proxy and through LiteLLM's proxy, side by side in one run.
 
-    .venv/bin/python -m bench.proxy_overhead            # the full matrix, ~10 min on 2 cores
-                                                        # (estimated: not yet run at these quotas)
+    .venv/bin/python -m bench.proxy_overhead            # the full matrix, ~4 min on 2 cores
     .venv/bin/python -m bench.proxy_overhead --quick    # a 1-2 minute check
     .venv/bin/python -m bench.proxy_overhead --workers 1 2 4   # capacity per proxy worker count
 
@@ -39,16 +38,13 @@ continuation, or if a call through the proxy has no completion event (lost).
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
-import json
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
 import aiohttp
@@ -56,8 +52,9 @@ import httpx
 import uvloop
 
 from bench.litellm_proxy import litellm_proxy
+from bench.proxy_clients import Target, phase
 from bench.proxy_report import Cell, Level, Phase, report
-from bench.proxy_threads import Conversation, Prompt, answer_text
+from bench.proxy_threads import Conversation, Prompt
 from infra.eventlog import EVENTS_TOPIC, open_reader
 from infra.local.process import ServiceProcess, free_port
 from infra.paths import default_tiny_dir
@@ -78,9 +75,9 @@ PATHS = {
 }
 
 
-# Sized for about 10 minutes on 2 cores (estimated from a run of larger quotas: 9 cells of Chat
-# Completions took 5 min): LiteLLM serves ~15-25 calls/s whatever the concurrency, so it plays
-# fewer turns, and none at 256 clients (``--litellm-256`` adds it).
+# Sized for a few minutes on 2 cores (212 s with ``--workers 1 2`` on 4ca3814): LiteLLM serves
+# ~15-35 calls/s whatever the concurrency, so it plays fewer turns, and none at 256 clients
+# (``--litellm-256`` adds it).
 FULL: tuple[Level, ...] = (
     Level(1, 5, 8, litellm=(2, 6)),
     Level(16, 1, 5, litellm=(1, 3)),
@@ -88,62 +85,6 @@ FULL: tuple[Level, ...] = (
     Level(256, 1, 2, litellm=None),
 )
 QUICK: tuple[Level, ...] = (Level(1, 3, 6, litellm=(2, 4)), Level(16, 1, 3, litellm=(1, 2)))
-
-
-@dataclass
-class Target:
-    """Where one thread's calls go: a URL and its headers."""
-
-    url: str
-    headers: dict[str, str]
-    rollout_id: str | None = None
-
-
-async def _play(
-    session: aiohttp.ClientSession,
-    target: Target,
-    conv: Conversation,
-    dialect: Dialect,
-    turns: int,
-    out: Phase,
-) -> None:
-    name = target.rollout_id or f"direct-{conv.seed}"
-    for turn in range(turns):
-        conv.next_user()
-        payload = json.dumps(conv.body(dialect)).encode()
-        t0 = time.perf_counter()
-        first = 0.0
-        chunks = []
-        async with session.post(target.url, data=payload, headers=target.headers) as resp:
-            async for chunk in resp.content.iter_any():
-                if not first:
-                    first = time.perf_counter() - t0
-                chunks.append(chunk)
-            total = time.perf_counter() - t0
-            if resp.status != 200:
-                raise RuntimeError(
-                    f"{target.url} answered {resp.status}: {b''.join(chunks)[:500]!r}"
-                )
-        conv.record_answer(answer_text(dialect, b"".join(chunks)))
-        out.calls.append((name, turn, first, total))
-
-
-async def _phase(
-    targets: list[list[Target]], convs: list[list[Conversation]], dialect: Dialect, turns: int
-) -> Phase:
-    out = Phase()
-    timeout = aiohttp.ClientTimeout(total=900)
-    connector = aiohttp.TCPConnector(limit=len(targets) + 8)
-    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
-
-        async def client(ts: list[Target], cs: list[Conversation]) -> None:
-            for t, c in zip(ts, cs, strict=True):
-                await _play(session, t, c, dialect, turns, out)
-
-        t0 = time.perf_counter()
-        await asyncio.gather(*(client(t, c) for t, c in zip(targets, convs, strict=True)))
-        out.wall = time.perf_counter() - t0
-    return out
 
 
 class OpenForge:
@@ -214,7 +155,7 @@ def run_phase(
         targets.append(ts)
         convs.append(cs)
     phase_dialect = Dialect.CHAT if path in ("direct", "relay") else dialect
-    out = uvloop.run(_phase(targets, convs, phase_dialect, level.turns))
+    out = uvloop.run(phase(targets, convs, phase_dialect, level.turns))
     if proxy is not None and path == "openforge":
         proxy.sent += len(out.calls)
         proxy.finish(rollouts)
@@ -263,14 +204,6 @@ def service(name: str, argv: list[str], tmp: Path, probe: str) -> Iterator[None]
         yield
     finally:
         proc.stop()
-
-
-def proxy_workers_supported() -> bool:
-    """Whether ``openforge proxy`` takes ``--workers`` (another change adds it)."""
-    done = subprocess.run(
-        [sys.executable, "-m", "openforge", "proxy", "--help"], capture_output=True, text=True
-    )
-    return "--workers" in done.stdout
 
 
 @contextlib.contextmanager
@@ -373,9 +306,7 @@ def main() -> None:
             cells = matrix(dialects, histories, levels, prompts, urls, proxy, litellm_dialects)
             capacity = {1: cells} if args.workers == [1] else {}
             logs = [tmp / "w1" / "log"]
-            if any(w > 1 for w in args.workers) and not proxy_workers_supported():
-                print("`openforge proxy` takes no --workers here: capacity for 1 worker only")
-            elif args.workers != [1]:
+            if args.workers != [1]:
                 h = histories[min(1, len(histories) - 1)]
                 for w in args.workers:
                     out = tmp / f"capacity-{w}"
