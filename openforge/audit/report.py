@@ -164,9 +164,16 @@ CHART_NAMES: Sequence[str] = (
 
 
 def _counts(con: duckdb.DuckDBPyConnection) -> dict[str, int]:
-    names = ("completions", "rollouts", "rewards", "episodes")  # rows of each view
-    sql = " UNION ALL ".join(f"SELECT '{n}', count(*) FROM {n}" for n in names)
-    sql += " UNION ALL SELECT 'training steps', count(DISTINCT step) FROM steps"
+    """The run's counts, each named for what it counts (the views have one row per event:
+    ``rollouts`` holds every lifecycle event, several per rollout)."""
+    sql = """
+        SELECT 'rollouts', count(DISTINCT rollout_id) FROM rollouts
+        UNION ALL SELECT 'lifecycle events', count(*) FROM rollouts
+        UNION ALL SELECT 'calls', count(*) FROM completions
+        UNION ALL SELECT 'rewards', count(*) FROM rewards
+        UNION ALL SELECT 'episodes', count(*) FROM episodes
+        UNION ALL SELECT 'training steps', count(DISTINCT step) FROM steps
+    """
     return {str(k): int(v) for k, v in con.sql(sql).fetchall()}
 
 

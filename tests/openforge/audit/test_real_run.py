@@ -57,6 +57,9 @@ def test_the_audit_of_an_oracle_run(tmp_path: Path) -> None:
 
     report = build(run)
     assert report.counts["rewards"] == 3 and report.counts["episodes"] == 3
+    # Rollouts, not their lifecycle events (queued, started, finished, verified: 4 each).
+    assert report.counts["rollouts"] == 3
+    assert report.counts["lifecycle events"] == 12 and report.counts["calls"] == 0
     dom = rendered(html.write(report, tmp_path / "audit.html"), tmp_path)
     assert [c["data-chart"] for c in dom.charts] == list(CHART_NAMES)
     drawn = {c["data-chart"]: int(c["data-marks"] or 0) for c in dom.charts}
