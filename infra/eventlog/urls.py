@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -80,3 +81,20 @@ def parse_url(url: str) -> LogUrl:
             if path and "\0" not in path:
                 return LogUrl(kind, path)
     raise ConfigError(f"unknown event log {url!r}: {_USAGE}")
+
+
+def absolute_location(text: str, base: Path | None = None) -> str:
+    """A location made absolute against ``base`` (default: the working directory):
+    ``local:runs/x`` -> ``local:/BASE/runs/x``, ``archive:DIR`` likewise, a plain directory ->
+    its absolute path; ``kafka://...`` and other URLs unchanged."""
+
+    def absolute(where: str) -> str:
+        path = Path(where).expanduser()
+        return os.path.normpath(path if path.is_absolute() else (base or Path.cwd()) / path)
+
+    if text.startswith((f"{LogKind.LOCAL}:", f"{LogKind.ARCHIVE}:")):
+        url = parse_url(text)
+        return str(LogUrl(url.kind, absolute(url.where)))
+    if "://" in text or not text:
+        return text
+    return absolute(text)

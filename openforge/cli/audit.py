@@ -10,9 +10,15 @@ import typer
 
 
 def audit(
-    run: Annotated[Path, typer.Argument(help="A run directory (archive/, episodes/, trainer/).")],
+    run: Annotated[
+        Path,
+        typer.Argument(help="A run directory (archive/, episodes/, trainer/).", resolve_path=True),
+    ],
     html: Annotated[
-        Path | None, typer.Option(help="Also write the report as one HTML page to this file.")
+        Path | None,
+        typer.Option(
+            help="Also write the report as one HTML page to this file.", resolve_path=True
+        ),
     ] = None,
     step: Annotated[
         int | None, typer.Option(help="The training step whose lineage is shown (default: last).")

@@ -16,7 +16,9 @@ app = typer.Typer(help="Build local models (no model hub needed).", no_args_is_h
 def build_tiny(
     out_dir: Annotated[
         Path | None,
-        typer.Argument(help="Directory to write the model to (default: under the cache)."),
+        typer.Argument(
+            help="Directory to write the model to (default: under the cache).", resolve_path=True
+        ),
     ] = None,
     seed: Annotated[int, typer.Option(help="Seed for the corpus, tokenizer and weights.")] = 0,
     context: Annotated[
@@ -35,7 +37,7 @@ def build_tiny(
 @app.command("warm-start")
 def warm_start_cmd(
     config: Annotated[
-        Path | None, typer.Argument(help="A train config (default: the demo's).")
+        Path | None, typer.Argument(help="A train config (default: the demo's).", resolve_path=True)
     ] = None,
 ) -> None:
     """Build (or find in the cache) the warm-started model a train config starts from."""

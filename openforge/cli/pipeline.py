@@ -12,6 +12,8 @@ from typing import Annotated
 
 import typer
 
+from openforge.cli.paths import absolute_location
+
 app = typer.Typer(help="Beam jobs: events -> episodes (with rewards joined).", no_args_is_help=True)
 
 BEAM_ARGS = typer.Option(
@@ -22,19 +24,29 @@ BEAM_ARGS = typer.Option(
 
 @app.command("run")
 def run(
-    source: Annotated[str, typer.Option(help="Event log: kafka://HOST:PORT or local:DIR.")],
+    source: Annotated[
+        str,
+        typer.Option(help="Event log: kafka://HOST:PORT or local:DIR.", parser=absolute_location),
+    ],
     to: Annotated[
-        str | None, typer.Option(help="Event log for episodes (default: the source).")
+        str | None,
+        typer.Option(
+            help="Event log for episodes (default: the source).", parser=absolute_location
+        ),
     ] = None,
     archive: Annotated[
         str | None,
-        typer.Option(help="Also write episodes to DIR/episodes/, dead letters to DIR/deadletter/."),
+        typer.Option(
+            help="Also write episodes to DIR/episodes/, dead letters to DIR/deadletter/.",
+            parser=absolute_location,
+        ),
     ] = None,
     run_archive: Annotated[
         str | None,
         typer.Option(
             help="One archive root for the events read, the episodes and the dead letters "
-            "(what openforge train keeps in RUN/archive/)."
+            "(what openforge train keeps in RUN/archive/).",
+            parser=absolute_location,
         ),
     ] = None,
     lateness: Annotated[
@@ -60,10 +72,15 @@ def run(
 
 @app.command("replay")
 def replay(
-    from_: Annotated[str, typer.Option("--from", help="Parquet archive of events.")],
-    to: Annotated[str, typer.Option(help="Archive dir for the rebuilt episodes.")],
+    from_: Annotated[
+        str, typer.Option("--from", help="Parquet archive of events.", parser=absolute_location)
+    ],
+    to: Annotated[
+        str, typer.Option(help="Archive dir for the rebuilt episodes.", parser=absolute_location)
+    ],
     log: Annotated[
-        str | None, typer.Option(help="Also publish episodes to this event log.")
+        str | None,
+        typer.Option(help="Also publish episodes to this event log.", parser=absolute_location),
     ] = None,
     lateness: Annotated[
         float, typer.Option(help="Seconds a rollout waits for its reward.")

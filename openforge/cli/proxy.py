@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from openforge.cli.paths import absolute_location
 from proxy.config import PauseMode, UpstreamKind
 from proxy.redaction import RedactionMode
 from proxy.render import RenderMode
@@ -17,25 +18,27 @@ def proxy(
         str, typer.Option(help="Model server base URL (vLLM), e.g. http://127.0.0.1:8000.")
     ],
     log: Annotated[
-        str, typer.Option(help="Event log: kafka://HOST:PORT or local:DIR.")
+        str,
+        typer.Option(help="Event log: kafka://HOST:PORT or local:DIR.", parser=absolute_location),
     ] = "local:events",
     host: Annotated[str, typer.Option(help="Address to bind.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port to bind.")] = 8100,
     uds: Annotated[
-        Path | None, typer.Option(help="Also serve on this Unix socket (for sandboxes).")
+        Path | None,
+        typer.Option(help="Also serve on this Unix socket (for sandboxes).", resolve_path=True),
     ] = None,
     model: Annotated[
         str | None, typer.Option(help="Upstream model name (default: its first).")
     ] = None,
     tokenizer: Annotated[
-        Path | None, typer.Option(help="Tokenizer dir (default: upstream root).")
+        Path | None, typer.Option(help="Tokenizer dir (default: upstream root).", resolve_path=True)
     ] = None,
     upstream_kind: Annotated[
         UpstreamKind, typer.Option(help="Upstream endpoint: completions or generate.")
     ] = UpstreamKind.COMPLETIONS,
-    spool: Annotated[Path, typer.Option(help="Spool dir for events while the log is down.")] = Path(
-        "spool"
-    ),
+    spool: Annotated[
+        Path, typer.Option(help="Spool dir for events while the log is down.", resolve_path=True)
+    ] = Path("spool"),
     admin_token: Annotated[
         str | None,
         typer.Option(
@@ -45,7 +48,9 @@ def proxy(
     ] = None,
     admin_token_file: Annotated[
         Path | None,
-        typer.Option(help="Where a generated admin token is written, mode 0600."),
+        typer.Option(
+            help="Where a generated admin token is written, mode 0600.", resolve_path=True
+        ),
     ] = None,
     auto_register: Annotated[
         bool, typer.Option(help="Register unknown path rollout ids on first use.")
@@ -71,7 +76,10 @@ def proxy(
         typer.Option(help="Also redact this regular expression (repeatable)."),
     ] = None,
     redact_file: Annotated[
-        Path | None, typer.Option(help="A file of regular expressions to redact, one a line.")
+        Path | None,
+        typer.Option(
+            help="A file of regular expressions to redact, one a line.", resolve_path=True
+        ),
     ] = None,
     redact_defaults: Annotated[
         bool, typer.Option(help="Redact the default patterns (API keys, e-mails, ...).")

@@ -21,17 +21,21 @@ def query(
     ] = None,
     archive: Annotated[
         Path | None,
-        typer.Option(help="An archive root (record=NAME/date=.../) or a dir with archive/."),
+        typer.Option(
+            help="An archive root (record=NAME/date=.../) or a dir with archive/.",
+            resolve_path=True,
+        ),
     ] = None,
     run: Annotated[
         Path | None,
-        typer.Option(help="A run directory (archive/, episodes/, trainer/)."),
+        typer.Option(help="A run directory (archive/, episodes/, trainer/).", resolve_path=True),
     ] = None,
     fmt: Annotated[
         OutputFormat, typer.Option("--format", help="How to print the result.")
     ] = OutputFormat.TABLE,
     out: Annotated[
-        Path | None, typer.Option(help="Write the result to this file (needed for parquet).")
+        Path | None,
+        typer.Option(help="Write the result to this file (needed for parquet).", resolve_path=True),
     ] = None,
     max_rows: Annotated[
         int, typer.Option(help="Rows a table shows (0: all); other formats write all.")

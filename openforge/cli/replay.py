@@ -20,9 +20,14 @@ app = typer.Typer(
 @app.command("rebuild")
 def rebuild(
     from_: Annotated[
-        Path, typer.Option("--from", help="The run's archive (RUN/archive), or the run dir.")
+        Path,
+        typer.Option(
+            "--from", help="The run's archive (RUN/archive), or the run dir.", resolve_path=True
+        ),
     ],
-    to: Annotated[Path, typer.Option(help="New or empty dir for the rebuilt episodes.")],
+    to: Annotated[
+        Path, typer.Option(help="New or empty dir for the rebuilt episodes.", resolve_path=True)
+    ],
     lateness: Annotated[
         float | None,
         typer.Option(help="Seconds a rollout waits for its reward (default: the run's)."),
@@ -48,15 +53,19 @@ def rebuild(
 
 @app.command("rescore")
 def rescore(
-    run: Annotated[Path, typer.Option("--from", help="The run directory.")],
-    tasks: Annotated[Path, typer.Option(help="The task set with the (changed) verifiers.")],
+    run: Annotated[Path, typer.Option("--from", help="The run directory.", resolve_path=True)],
+    tasks: Annotated[
+        Path, typer.Option(help="The task set with the (changed) verifiers.", resolve_path=True)
+    ],
     verifier_version: Annotated[
         int | None,
         typer.Option(help="Version of the new rewards (default: one above the highest recorded)."),
     ] = None,
     to: Annotated[
         Path | None,
-        typer.Option(help="Episode archive for the rebuilt episodes (default: the run's)."),
+        typer.Option(
+            help="Episode archive for the rebuilt episodes (default: the run's).", resolve_path=True
+        ),
     ] = None,
     concurrency: Annotated[int, typer.Option(help="Verifier sandboxes at once.")] = 2,
     beam_arg: Annotated[
@@ -98,9 +107,15 @@ def rescore(
 
 @app.command("train")
 def train(
-    source: Annotated[Path, typer.Option("--from", help="An archive root or a run directory.")],
-    model: Annotated[Path, typer.Option(help="The model to start from (Hugging Face format).")],
-    out: Annotated[Path, typer.Option(help="Checkpoints, metrics, the selection go here.")],
+    source: Annotated[
+        Path, typer.Option("--from", help="An archive root or a run directory.", resolve_path=True)
+    ],
+    model: Annotated[
+        Path, typer.Option(help="The model to start from (Hugging Face format).", resolve_path=True)
+    ],
+    out: Annotated[
+        Path, typer.Option(help="Checkpoints, metrics, the selection go here.", resolve_path=True)
+    ],
     where: Annotated[
         str | None,
         typer.Option(help="SQL predicate over the `episodes` view of `openforge query`."),

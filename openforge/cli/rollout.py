@@ -23,7 +23,8 @@ def run(
     task: Annotated[str, typer.Argument(help="The task prompt.")],
     proxy: Annotated[str, typer.Option(help="The proxy's base URL.")] = "http://127.0.0.1:8100",
     root: Annotated[
-        Path, typer.Option("--dir", help="Where rollout homes and workspaces go.")
+        Path,
+        typer.Option("--dir", help="Where rollout homes and workspaces go.", resolve_path=True),
     ] = Path("rollouts"),
     model: Annotated[str, typer.Option(help="Model name the harness asks for.")] = "tiny",
     rollout_id: Annotated[str | None, typer.Option(help="Rollout id (default: new).")] = None,

@@ -19,7 +19,10 @@ SHORT_CONTEXT = 4096
 @app.command("run")
 def run(
     tasks: Annotated[
-        Path, typer.Option(help="A task directory, a directory of tasks, or a manifest.")
+        Path,
+        typer.Option(
+            help="A task directory, a directory of tasks, or a manifest.", resolve_path=True
+        ),
     ],
     harness_name: Annotated[
         str,
@@ -32,19 +35,22 @@ def run(
     backend: Annotated[
         str, typer.Option(help="Rollout backend: local (sandboxes) or kubernetes (pods).")
     ] = "local",
-    out: Annotated[Path, typer.Option(help="The run directory.")] = Path("runs/rollouts"),
+    out: Annotated[Path, typer.Option(help="The run directory.", resolve_path=True)] = Path(
+        "runs/rollouts"
+    ),
     split: Annotated[str | None, typer.Option(help="Only tasks of this split.")] = None,
     proxy: Annotated[
         str | None, typer.Option(help="A running proxy (default: start vLLM and a proxy).")
     ] = None,
     proxy_socket: Annotated[
-        Path | None, typer.Option(help="That proxy's Unix socket (its --uds).")
+        Path | None, typer.Option(help="That proxy's Unix socket (its --uds).", resolve_path=True)
     ] = None,
     admin_token: Annotated[
         str | None, typer.Option(envvar="OPENFORGE_ADMIN_TOKEN", help="That proxy's admin token.")
     ] = None,
     model: Annotated[
-        Path | None, typer.Option(help="Model directory for vLLM (default: the tiny model).")
+        Path | None,
+        typer.Option(help="Model directory for vLLM (default: the tiny model).", resolve_path=True),
     ] = None,
     max_attempts: Annotated[int, typer.Option(help="Attempts on infrastructure failure.")] = 3,
     allow_internet_tasks: Annotated[
@@ -59,7 +65,11 @@ def run(
     ] = 64.0,
     kubeconfig: Annotated[
         Path | None,
-        typer.Option(envvar="KUBECONFIG", help="kubernetes: the cluster (default: in-cluster)."),
+        typer.Option(
+            envvar="KUBECONFIG",
+            help="kubernetes: the cluster (default: in-cluster).",
+            resolve_path=True,
+        ),
     ] = None,
     kube_namespace: Annotated[
         str, typer.Option(help="kubernetes: the namespace rollout pods run in.")

@@ -29,7 +29,9 @@ def up(
     ] = False,
     model_dir: Annotated[
         Path | None,
-        typer.Option("--model", help="Model directory for vLLM (default: the tiny model)."),
+        typer.Option(
+            "--model", help="Model directory for vLLM (default: the tiny model).", resolve_path=True
+        ),
     ] = None,
 ) -> None:
     """Start the services, print their addresses, and stop them cleanly on Ctrl-C."""

@@ -12,10 +12,12 @@ app = typer.Typer(help="Check Harbor tasks.", no_args_is_help=True)
 
 @app.command("check")
 def check(
-    path: Annotated[Path, typer.Argument(help="A task, a directory of tasks, or a manifest.")],
-    out: Annotated[Path, typer.Option(help="Where the oracle's run directory goes.")] = Path(
-        "runs/tasks-check"
-    ),
+    path: Annotated[
+        Path, typer.Argument(help="A task, a directory of tasks, or a manifest.", resolve_path=True)
+    ],
+    out: Annotated[
+        Path, typer.Option(help="Where the oracle's run directory goes.", resolve_path=True)
+    ] = Path("runs/tasks-check"),
     oracle: Annotated[bool, typer.Option(help="Run the oracle where a solution exists.")] = True,
     allow_internet_tasks: Annotated[
         bool, typer.Option(help="Accept allow_internet tasks (run without internet).")

@@ -16,7 +16,9 @@ DEMO_CONFIG = Path(__file__).resolve().parents[2] / "examples" / "cpu-demo.toml"
 
 
 def train(
-    config: Annotated[Path | None, typer.Argument(help="The run's TOML config.")] = None,
+    config: Annotated[
+        Path | None, typer.Argument(help="The run's TOML config.", resolve_path=True)
+    ] = None,
     set_: Annotated[
         list[str] | None,
         typer.Option("--set", help="Override one field: section.key=value (repeatable)."),

@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from openforge.cli.paths import absolute_location
 from trainer.backends import BackendName
 
 app = typer.Typer(
@@ -16,11 +17,16 @@ app = typer.Typer(
 
 @app.command("run")
 def run(
-    episodes: Annotated[str, typer.Option(help="kafka://HOST:PORT, local:DIR or archive:DIR.")],
-    model: Annotated[Path, typer.Option(help="Base model directory (Hugging Face format).")],
-    out: Annotated[Path, typer.Option(help="Checkpoints, metrics and plots go here.")] = Path(
-        "run"
-    ),
+    episodes: Annotated[
+        str,
+        typer.Option(help="kafka://HOST:PORT, local:DIR or archive:DIR.", parser=absolute_location),
+    ],
+    model: Annotated[
+        Path, typer.Option(help="Base model directory (Hugging Face format).", resolve_path=True)
+    ],
+    out: Annotated[
+        Path, typer.Option(help="Checkpoints, metrics and plots go here.", resolve_path=True)
+    ] = Path("run"),
     lora_rank: Annotated[int, typer.Option(help="LoRA rank; 0 trains full weights.")] = 8,
     backend: Annotated[
         BackendName,
@@ -60,7 +66,9 @@ def run(
     lora_name: Annotated[str, typer.Option(help="Adapter name served by vLLM.")] = "policy",
     archive: Annotated[
         Path | None,
-        typer.Option(help="Archive root for one lineage record per update (query: steps)."),
+        typer.Option(
+            help="Archive root for one lineage record per update (query: steps).", resolve_path=True
+        ),
     ] = None,
 ) -> None:
     """Consume episodes, update the policy, hand weights to vLLM, checkpoint; resumable."""

@@ -16,22 +16,29 @@ import json
 import tomllib
 import types
 import typing
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from enum import Enum, StrEnum
 from pathlib import Path
 from typing import Any, TypeVar
 
+from infra.eventlog.urls import absolute_location
 from schemas.errors import ConfigError
 from schemas.registry import choose
 from trainer.backends import BackendName
 from trainer.stream import StalePolicy
 
 
-def _f(default: Any, doc: str) -> Any:
-    """A field with its default and its one-line description."""
+def _f(default: Any, doc: str, *, path: bool = False) -> Any:
+    """A field with its default and its one-line description; ``path``: its value is a path or
+    a location (``local:DIR``), made absolute by :func:`load_config`."""
+    metadata = {"doc": doc, "path": path}
     if isinstance(default, list | dict):
-        return field(default_factory=lambda: type(default)(default), metadata={"doc": doc})
-    return field(default=default, metadata={"doc": doc})
+        return field(default_factory=lambda: type(default)(default), metadata=metadata)
+    return field(default=default, metadata=metadata)
+
+
+TINY = "tiny"  # model.base: the tiny model built locally, not a path
 
 
 class WarmStartRecipe(StrEnum):
@@ -46,7 +53,9 @@ class RolloutBackendName(StrEnum):
 
 @dataclass
 class ModelSection:
-    base: str = _f("tiny", "'tiny' (built locally, seed model.seed) or a Hugging Face model dir")
+    base: str = _f(
+        TINY, "'tiny' (built locally, seed model.seed) or a Hugging Face model dir", path=True
+    )
     seed: int = _f(0, "seed of the tiny model's tokenizer and weights")
     context: int = _f(4096, "context window served by vLLM and checked by the proxy (tokens)")
 
@@ -67,7 +76,9 @@ class WarmStartSection:
 @dataclass
 class TasksSection:
     dataset: str = _f(
-        "examples/echo-words", "Harbor dataset: a task dir, a dir of tasks or a manifest"
+        "examples/echo-words",
+        "Harbor dataset: a task dir, a dir of tasks or a manifest",
+        path=True,
     )
     train_split: str = _f("train", "the split trained on")
     heldout_split: str = _f("heldout", "the split evaluated on (never trained on)")
@@ -103,7 +114,9 @@ class ProxySection:
 
 @dataclass
 class EventLogSection:
-    url: str = _f("", "event log: '' (embedded, under the run dir), kafka://HOST:PORT or local:DIR")
+    url: str = _f(
+        "", "event log: '' (embedded, under the run dir), kafka://HOST:PORT or local:DIR", path=True
+    )
 
 
 @dataclass
@@ -133,7 +146,9 @@ class EvaluationSection:
 
 @dataclass
 class RunSection:
-    output_dir: str = _f("runs/cpu-demo", "run directory (rerunning resumes from its checkpoint)")
+    output_dir: str = _f(
+        "runs/cpu-demo", "run directory (rerunning resumes from its checkpoint)", path=True
+    )
 
 
 @dataclass
@@ -298,7 +313,9 @@ def build_config(data: dict[str, Any], overrides: list[str] | tuple[str, ...] = 
 
 
 def load_config(path: Path | None, overrides: list[str] | tuple[str, ...] = ()) -> TrainConfig:
-    """Read ``path`` (None: the defaults) and apply ``overrides``."""
+    """Read ``path`` (None: the defaults) and apply ``overrides``. Every path field comes back
+    absolute: a relative one written in the file against the file's directory, one given by an
+    override or left at its default against the working directory."""
     data: dict[str, Any] = {}
     if path is not None:
         try:
@@ -307,7 +324,34 @@ def load_config(path: Path | None, overrides: list[str] | tuple[str, ...] = ()) 
             raise ConfigError(f"cannot read the config {path}: {exc}") from exc
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"{path} is not valid TOML: {exc}") from exc
-    return build_config(data, overrides)
+        _absolute_in_file(data, path.absolute().parent)
+    return _absolute(build_config(data, overrides), Path.cwd())
+
+
+def _path_fields() -> Iterator[tuple[str, str]]:
+    hints = typing.get_type_hints(TrainConfig)
+    for section in dataclasses.fields(TrainConfig):
+        for f in dataclasses.fields(hints[section.name]):
+            if f.metadata.get("path"):
+                yield section.name, f.name
+
+
+def _absolute_path(value: str, base: Path) -> str:
+    return value if value == TINY else absolute_location(value, base)
+
+
+def _absolute_in_file(data: dict[str, Any], base: Path) -> None:
+    for section, name in _path_fields():
+        body = data.get(section)
+        if isinstance(body, dict) and isinstance(body.get(name), str):
+            body[name] = _absolute_path(body[name], base)
+
+
+def _absolute(cfg: TrainConfig, base: Path) -> TrainConfig:
+    for section, name in _path_fields():
+        part = getattr(cfg, section)
+        setattr(part, name, _absolute_path(getattr(part, name), base))
+    return cfg
 
 
 def describe() -> str:

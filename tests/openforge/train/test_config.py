@@ -18,8 +18,9 @@ ROOT = Path(__file__).resolve().parents[3]
 
 def test_the_demo_config_and_the_defaults_build() -> None:
     cfg = load_config(ROOT / "examples" / "cpu-demo.toml")
-    assert cfg.tasks.dataset == "examples/echo-words" and cfg.harness.name == "agent"
-    assert load_config(None) == TrainConfig()
+    assert cfg.tasks.dataset == str(ROOT / "examples" / "echo-words")
+    assert cfg.harness.name == "agent"
+    assert build_config({}) == TrainConfig()
 
 
 def test_every_field_has_a_default_and_a_description() -> None:
@@ -107,3 +108,29 @@ def test_the_proxy_workers_flag_is_checked_with_the_config() -> None:
     assert "proxy.workers must be from 1 to 64, not 0" in str(result.exception)
     assert build_config({}, ["proxy.workers=4"]).proxy.workers == 4
     assert TrainConfig().proxy.workers == 1
+
+
+def test_paths_are_absolute_against_the_file_or_the_working_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Relative paths written in a config mean its directory; ``--set`` ones and defaults mean
+    the working directory; ``model.base = "tiny"`` is no path; Kafka URLs stay as they are."""
+    conf = tmp_path / "conf"
+    conf.mkdir()
+    (conf / "run.toml").write_text(
+        '[tasks]\ndataset = "tasks"\n[event_log]\nurl = "local:log"\n[run]\noutput_dir = "../out"\n'
+    )
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    cfg = load_config(Path("../conf/run.toml"))
+    assert cfg.tasks.dataset == str(conf / "tasks")
+    assert cfg.event_log.url == f"local:{conf / 'log'}"
+    assert cfg.run.output_dir == str(tmp_path / "out")
+    assert cfg.model.base == "tiny"
+    cfg = load_config(Path("../conf/run.toml"), ["run.output_dir=here", "model.base=m"])
+    assert cfg.run.output_dir == str(work / "here") and cfg.model.base == str(work / "m")
+    cfg = load_config(None, ["event_log.url=kafka://127.0.0.1:9092"])
+    assert cfg.event_log.url == "kafka://127.0.0.1:9092"
+    assert cfg.tasks.dataset == str(work / "examples" / "echo-words")  # the default
+    assert cfg.run.output_dir == str(work / "runs" / "cpu-demo")
