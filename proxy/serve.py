@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
+import sys
 from pathlib import Path
 
 import uvicorn
@@ -45,9 +46,16 @@ def server(app: object, **options: object) -> uvicorn.Server:
     return uvicorn.Server(config)
 
 
-def serve(app: object, host: str, port: int, unix_socket: Path | None = None) -> None:
-    """Serve ``app`` until interrupted, on the TCP port and the Unix socket."""
+def serve(
+    app: object, host: str, port: int, unix_socket: Path | None = None, *, announce: str = ""
+) -> None:
+    """Serve ``app`` until interrupted, on the TCP port and the Unix socket; with ``announce``
+    (a name), say on stderr where it listens once the sockets are bound (connections made from
+    then on wait for the app to start)."""
     sockets = listeners(host, port, unix_socket)
+    if announce:
+        where = f"http://{host}:{port}" + (f" and unix:{unix_socket}" if unix_socket else "")
+        print(f"{announce} listening on {where}; Ctrl-C stops", file=sys.stderr, flush=True)
     try:
         server(app).run(sockets=sockets)
     finally:

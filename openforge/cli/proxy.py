@@ -167,7 +167,7 @@ def proxy(
     if session_header:
         config.session_headers = [*session_header, *config.session_headers]
     if workers == 1:
-        serve(create_app(config), host, port, uds)
+        serve(create_app(config), host, port, uds, announce="openforge proxy")
         return
     from proxy.credentials import ensure_admin_token
     from proxy.front import create_front
@@ -177,4 +177,10 @@ def proxy(
     with WorkerPool(
         config, workers, host, uds, worker_port_base, advertise_host=advertise_host
     ) as pool:
-        serve(create_front(config, pool.workers), host, port, uds)
+        serve(
+            create_front(config, pool.workers),
+            host,
+            port,
+            uds,
+            announce=f"openforge proxy ({workers} workers)",
+        )
