@@ -1,12 +1,14 @@
-"""What a rollout job needs running on one machine: vLLM on a model, and the capture proxy on the
-embedded event log, listening on a Unix socket that sandboxes reach it through.
+"""The services a job starts on one machine: vLLM on a model, the capture proxy on an event log
+(listening on a Unix socket that sandboxes reach it through), and the streaming pipeline.
 
     with local_stack(out, needs_model=True, context=65536) as stack:
         ...  # stack.admin (the proxy's admin API), stack.endpoint (for sandboxes), stack.log_url
 
-The admin token is generated here, handed to the proxy process in its environment (never on a
-command line) and kept in memory: nothing inside a sandbox can read it. Everything started is
-stopped when the block ends, also on Ctrl-C or SIGTERM.
+Each service takes typed options; the proxy's and the pipeline's command lines are built from them
+here, in one place each (:func:`proxy_argv`, :meth:`StreamingPipeline.argv`). The admin token is
+generated here, handed to the proxy process in its environment (never on a command line) and
+kept in memory: nothing inside a sandbox can read it. Everything started is stopped when the
+block ends, also on Ctrl-C or SIGTERM.
 """
 
 from __future__ import annotations
@@ -40,12 +42,101 @@ class Stack:
     log_url: str
     model_dir: Path
     model: str
+    vllm: VLLMServer | None = None  # None: no model server (the proxy's upstream is NO_UPSTREAM)
 
 
-def tiny_model(context: int) -> Path:
-    """The tiny model (seed 0) with a ``context``-token window, built once and cached."""
+@dataclass(frozen=True)
+class ProxyOptions:
+    """The ``openforge proxy`` settings a job sets (None: the proxy's default).
+
+    Attributes:
+        max_model_len: the context window the proxy checks calls against (tokens).
+        max_tokens_cap: the cap on any call's generation budget.
+        workers: worker processes; more than one: each rollout's harness calls its own worker.
+    """
+
+    max_model_len: int | None = None
+    max_tokens_cap: int | None = None
+    workers: int = 1
+
+
+@dataclass(frozen=True)
+class ModelServer:
+    """vLLM's part of a stack.
+
+    Attributes:
+        weights: the directory vLLM loads (the base model when LoRA adapters are hot-loaded).
+        served_name: the name it serves those weights as (None: the directory's name).
+        context: its context window (tokens).
+        lora_rank: the largest LoRA adapter rank it can hot-load (None: no adapters).
+    """
+
+    weights: Path
+    served_name: str | None
+    context: int
+    lora_rank: int | None = None
+
+
+@dataclass(frozen=True)
+class StackSpec:
+    """What :func:`serve` starts: vLLM (unless ``vllm`` is None) and the proxy in front of it.
+
+    Attributes:
+        out: the services' directory: ``vllm.log``, ``proxy.log``, the proxy's ``spool/`` and
+            its socket ``proxy.sock``.
+        log_url: the event log the proxy writes to.
+        model: the model name harnesses ask for (the proxy's upstream model).
+        tokenizer: the tokenizer the proxy renders with.
+        vllm: the model server; None for harnesses that call no model.
+        proxy: the proxy's settings.
+        proxy_args: more ``openforge proxy`` flags, passed as they are.
+        ready_timeout: seconds the proxy has to answer once started.
+    """
+
+    out: Path
+    log_url: str
+    model: str
+    tokenizer: Path
+    vllm: ModelServer | None
+    proxy: ProxyOptions
+    proxy_args: tuple[str, ...] = ()
+    ready_timeout: float = 180
+
+
+def tiny_model(context: int, seed: int = 0) -> Path:
+    """The tiny model of ``seed`` with a ``context``-token window, built once and cached."""
     spec = TinyModelSpec(max_position_embeddings=context)
-    return build_tiny_model(default_tiny_dir(0, context), seed=0, spec=spec)
+    return build_tiny_model(default_tiny_dir(seed, context), seed=seed, spec=spec)
+
+
+def proxy_argv(
+    upstream: str,
+    *,
+    model: str,
+    tokenizer: Path,
+    log_url: str,
+    spool: Path,
+    port: int,
+    options: ProxyOptions,
+    extra_args: Sequence[str] = (),
+    unix_socket: Path | None = None,
+) -> list[str]:
+    """The ``openforge proxy`` command line: every proxy a job starts is started with this."""
+    argv = [
+        sys.executable, "-m", "openforge", "proxy", "--upstream", upstream, "--model", model,
+        "--tokenizer", str(tokenizer), "--log", log_url, "--spool", str(spool),
+        "--port", str(port),
+    ]  # fmt: skip
+    if options.max_model_len is not None:
+        argv += ["--max-model-len", str(options.max_model_len)]
+    if options.max_tokens_cap is not None:
+        argv += ["--max-tokens-cap", str(options.max_tokens_cap)]
+    if options.workers != 1:
+        argv += ["--workers", str(options.workers)]
+    argv += extra_args
+    if unix_socket is not None:
+        argv += ["--uds", str(unix_socket)]
+    return argv
 
 
 @contextmanager
@@ -56,6 +147,7 @@ def proxy_process(
     tokenizer: Path,
     log_url: str,
     out: Path,
+    options: ProxyOptions = ProxyOptions(),  # frozen: one shared default is safe
     extra_args: Sequence[str] = (),
     unix_socket: Path | None = None,
     ready_timeout: float = 180,
@@ -65,13 +157,17 @@ def proxy_process(
     Logs and spool go under ``out``."""
     token = "ofa_" + secrets.token_urlsafe(32)  # only this process and the proxy know it
     port = free_port()
-    argv = [
-        sys.executable, "-m", "openforge", "proxy", "--upstream", upstream, "--model", model,
-        "--tokenizer", str(tokenizer), "--log", log_url, "--spool", str(out / "spool"),
-        "--port", str(port), *extra_args,
-    ]  # fmt: skip
-    if unix_socket is not None:
-        argv += ["--uds", str(unix_socket)]
+    argv = proxy_argv(
+        upstream,
+        model=model,
+        tokenizer=tokenizer,
+        log_url=log_url,
+        spool=out / "spool",
+        port=port,
+        options=options,
+        extra_args=extra_args,
+        unix_socket=unix_socket,
+    )
     proxy = ServiceProcess(
         "proxy", argv, out / "proxy.log", env={**os.environ, "OPENFORGE_ADMIN_TOKEN": token}
     )
@@ -94,6 +190,45 @@ def proxy_process(
 
 
 @contextmanager
+def serve(spec: StackSpec, say: Callable[[str], None] = print) -> Iterator[Stack]:
+    """vLLM (per ``spec.vllm``) and the proxy in front of it, both stopped when the block ends."""
+    spec.out.mkdir(parents=True, exist_ok=True)
+    socket = spec.out / "proxy.sock"
+    with ExitStack() as stack:
+        vllm: VLLMServer | None = None
+        if spec.vllm is not None:
+            served = spec.vllm
+            context = f"{served.context}-token context"
+            say(f"starting vLLM on {served.weights} ({context}; 20-40 s on CPU)")
+            vllm = stack.enter_context(
+                VLLMServer(
+                    served.weights,
+                    served_model_name=served.served_name,
+                    max_model_len=served.context,
+                    enable_lora=served.lora_rank is not None,
+                    max_lora_rank=served.lora_rank or 8,
+                    log_path=spec.out / "vllm.log",
+                )
+            )
+        admin = stack.enter_context(
+            proxy_process(
+                vllm.base_url if vllm is not None else NO_UPSTREAM,
+                model=spec.model,
+                tokenizer=spec.tokenizer,
+                log_url=spec.log_url,
+                out=spec.out,
+                options=spec.proxy,
+                extra_args=spec.proxy_args,
+                unix_socket=socket,
+                ready_timeout=spec.ready_timeout,
+            )
+        )
+        say(f"proxy at {admin.url} (sandboxes: {socket}); events in {spec.log_url}")
+        endpoint = ProxyEndpoint(socket, SANDBOX_PROXY_PORT)
+        yield Stack(admin.url, admin, endpoint, spec.log_url, spec.tokenizer, spec.model, vllm)
+
+
+@contextmanager
 def local_stack(
     out: Path,
     *,
@@ -103,46 +238,53 @@ def local_stack(
     max_tokens_cap: int | None = 512,
     say: Callable[[str], None] = print,
 ) -> Iterator[Stack]:
-    """vLLM (when ``needs_model``) and a proxy writing to ``local:OUT/log``."""
-    out.mkdir(parents=True, exist_ok=True)
+    """vLLM (when ``needs_model``) serving ``model_dir`` (default: the tiny model) as
+    ``SERVED_MODEL``, and a proxy writing to ``local:OUT/log``."""
     model = model_dir or tiny_model(context)
-    log_url = f"local:{out / 'log'}"
-    socket = out / "proxy.sock"
-    with ExitStack() as stack:
-        upstream = NO_UPSTREAM
-        if needs_model:
-            say(f"starting vLLM on {model} ({context}-token context; 20-40 s on CPU)")
-            vllm = stack.enter_context(
-                VLLMServer(
-                    model,
-                    served_model_name=SERVED_MODEL,
-                    max_model_len=context,
-                    enable_lora=False,
-                    log_path=out / "vllm.log",
-                )
-            )
-            upstream = vllm.base_url
-        extra = ["--max-model-len", str(context)]
-        if max_tokens_cap is not None:
-            extra += ["--max-tokens-cap", str(max_tokens_cap)]
-        admin = stack.enter_context(
-            proxy_process(
-                upstream,
-                model=SERVED_MODEL,
-                tokenizer=model,
-                log_url=log_url,
-                out=out,
-                extra_args=extra,
-                unix_socket=socket,
-                ready_timeout=120,
-            )
-        )
-        say(f"proxy at {admin.url} (sandboxes: {socket}); events in {out / 'log'}")
-        yield Stack(
-            admin.url,
-            admin,
-            ProxyEndpoint(socket, SANDBOX_PROXY_PORT),
-            log_url,
-            model,
-            SERVED_MODEL,
-        )
+    spec = StackSpec(
+        out=out,
+        log_url=f"local:{out / 'log'}",
+        model=SERVED_MODEL,
+        tokenizer=model,
+        vllm=ModelServer(model, SERVED_MODEL, context) if needs_model else None,
+        proxy=ProxyOptions(max_model_len=context, max_tokens_cap=max_tokens_cap),
+        ready_timeout=120,
+    )
+    with serve(spec, say) as stack:
+        yield stack
+
+
+@dataclass(frozen=True)
+class StreamingPipeline:
+    """``openforge pipeline run``: episodes assembled from the event log as events arrive.
+
+    Attributes:
+        source: the event log it reads events from and writes episodes to.
+        run_archive: one archive root for the events read, the episodes and the dead letters.
+        lateness_s: seconds a rollout's episode waits for its reward.
+        beam_args: Beam pipeline options, e.g. ``("--runner=PrismRunner",)``.
+    """
+
+    source: str
+    run_archive: Path
+    lateness_s: float
+    beam_args: tuple[str, ...] = ()
+
+    def argv(self) -> list[str]:
+        """Its command line: every streaming pipeline a job starts is started with this."""
+        return [
+            sys.executable, "-m", "openforge", "pipeline", "run", "--source", self.source,
+            "--run-archive", str(self.run_archive), "--lateness", str(self.lateness_s),
+            *[f"--beam-arg={a}" for a in self.beam_args],
+        ]  # fmt: skip
+
+
+@contextmanager
+def pipeline_process(job: StreamingPipeline, log_path: Path) -> Iterator[ServiceProcess]:
+    """The pipeline as a process of its own (its output in ``log_path``), stopped on exit."""
+    process = ServiceProcess("pipeline", job.argv(), log_path)
+    process.start()
+    try:
+        yield process
+    finally:
+        process.stop()

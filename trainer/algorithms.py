@@ -1,8 +1,9 @@
 """veRL's algorithms, used as they are: advantage estimators, policy losses, rollout correction.
 
 Shapes: ``[batch, response_len]`` for every per-token tensor; ``index`` is a ``[batch]`` array
-of group ids (samples of one task, compared by GRPO/RLOO). Names are veRL's registry keys; a bad
-name lists the valid ones.
+of group ids (samples of one task, compared by GRPO/RLOO). The estimator and the loss are named
+by the enums of ``trainer.algorithm_names`` (veRL's registry keys), checked when the config is
+built: a bad name lists the valid ones.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from verl.trainer.ppo import core_algos
 from verl.trainer.ppo.rollout_corr_helper import compute_rollout_correction_and_rejection_mask
 from verl.workers.config.actor import FSDPActorConfig, PolicyLossConfig
 
-from schemas.errors import ConfigError
+from schemas.registry import choose
+from trainer.algorithm_names import AdvantageEstimator, PolicyLoss
 
 
 @dataclass(frozen=True)
@@ -24,9 +26,9 @@ class AlgorithmConfig:
     """Which of veRL's algorithms to use, and their knobs.
 
     Attributes:
-        advantage: advantage estimator (veRL ``ADV_ESTIMATOR_REGISTRY``): ``grpo`` (default),
-            ``rloo``, ``reinforce_plus_plus``, ...
-        policy_loss: policy loss (``POLICY_LOSS_REGISTRY``): ``vanilla`` (PPO clip), ``gspo``,
+        advantage: advantage estimator (:class:`AdvantageEstimator`): ``grpo`` (default),
+            ``rloo``, ``reinforce_plus_plus_baseline``, ...
+        policy_loss: policy loss (:class:`PolicyLoss`): ``vanilla`` (PPO clip), ``gspo``,
             ``cispo``, ...
         clip_ratio: PPO clip epsilon.
         loss_agg_mode: ``token-mean``, ``seq-mean-token-sum``, ...
@@ -38,14 +40,19 @@ class AlgorithmConfig:
         rollout_rs_threshold: its threshold.
     """
 
-    advantage: str = "grpo"
-    policy_loss: str = "vanilla"
+    advantage: AdvantageEstimator = AdvantageEstimator.GRPO
+    policy_loss: PolicyLoss = PolicyLoss.VANILLA
     clip_ratio: float = 0.2
     loss_agg_mode: str = "token-mean"
     rollout_is: str | None = "token"
     rollout_is_threshold: float = 2.0
     rollout_rs: str | None = None
     rollout_rs_threshold: float | str | None = None
+
+    def __post_init__(self) -> None:
+        advantage = choose(AdvantageEstimator, self.advantage, "advantage estimator")
+        object.__setattr__(self, "advantage", advantage)
+        object.__setattr__(self, "policy_loss", choose(PolicyLoss, self.policy_loss, "policy loss"))
 
 
 def actor_config(cfg: AlgorithmConfig) -> FSDPActorConfig:
@@ -58,18 +65,10 @@ def actor_config(cfg: AlgorithmConfig) -> FSDPActorConfig:
         rollout_n=1,
         clip_ratio=cfg.clip_ratio,
         loss_agg_mode=cfg.loss_agg_mode,
-        policy_loss=PolicyLossConfig(loss_mode=cfg.policy_loss),
+        policy_loss=PolicyLossConfig(loss_mode=cfg.policy_loss.value),
         entropy_coeff=0.0,
         use_kl_loss=False,
     )
-
-
-def _lookup(get: Any, registry: Any, name: str, what: str) -> Any:
-    """A veRL registry entry; a bad name lists the valid ones."""
-    try:
-        return get(name)
-    except (ValueError, KeyError) as exc:
-        raise ConfigError(f"unknown {what} {name!r}; choose one of {sorted(registry)}") from exc
 
 
 def compute_advantages(
@@ -79,12 +78,7 @@ def compute_advantages(
     index: np.ndarray,
 ) -> torch.Tensor:
     """Per-token advantages ``[batch, response_len]`` from outcome rewards."""
-    fn = _lookup(
-        core_algos.get_adv_estimator_fn,
-        core_algos.ADV_ESTIMATOR_REGISTRY,
-        cfg.advantage,
-        "advantage estimator",
-    )
+    fn = core_algos.get_adv_estimator_fn(cfg.advantage.value)
     advantages, _returns = fn(
         token_level_rewards=token_level_rewards, response_mask=response_mask, index=index
     )
@@ -125,12 +119,7 @@ def policy_loss(
     is_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, Any]]:
     """veRL's policy loss (a scalar) and its metrics (``actor/pg_clipfrac``, ...)."""
-    fn = _lookup(
-        core_algos.get_policy_loss_fn,
-        core_algos.POLICY_LOSS_REGISTRY,
-        cfg.policy_loss,
-        "policy loss",
-    )
+    fn = core_algos.get_policy_loss_fn(cfg.policy_loss.value)
     loss, metrics = fn(
         old_log_prob=old_logprobs,
         log_prob=logprobs,

@@ -100,15 +100,16 @@ class PolicyVersions:
     def high_water(self) -> int:
         return self._high
 
-    def reserve(self, step: int, after: int) -> int:
-        """The next version (above ``after`` and every one handed out), recorded durably."""
-        version = max(after, self._high) + 1
+    def record(self, step: int, version: int) -> None:
+        """Record ``version`` as handed out for update ``step``, durably. A version at or below
+        one handed out before is a programming error (ValueError): versions are never reused."""
+        if version <= self._high:
+            raise ValueError(f"policy version {version} is not above {self._high}, handed out")
         with open(self.path, "a") as f:
             f.write(json.dumps({"version": version, "step": step}) + "\n")
             f.flush()
             os.fsync(f.fileno())
         self._high = version
-        return version
 
 
 def truncate_ledger(path: Path, step: int) -> int:

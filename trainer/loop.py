@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from infra import failpoints
+from schemas.episode import Episode
 from trainer import checkpoint
 from trainer.algorithms import AlgorithmConfig
 from trainer.backends import BACKENDS, BackendName, make_backend
@@ -23,7 +24,15 @@ from trainer.batch import to_batch
 from trainer.lineage import StepArchive, step_record
 from trainer.metrics_log import MetricsLog
 from trainer.ranks import Ranks
-from trainer.stream import EpisodeSource, EpisodeStream, StreamConfig, policy_lag
+from trainer.schedule import Schedule
+from trainer.stream import (
+    EpisodeSource,
+    EpisodeStream,
+    Position,
+    StreamConfig,
+    StreamStats,
+    policy_lag,
+)
 from trainer.weight_sync import WeightSync
 
 logger = logging.getLogger("openforge.trainer")
@@ -46,7 +55,8 @@ class TrainerConfig:
     steps: stop after this many updates (None: run until idle_timeout).
     idle_timeout: stop after this many seconds without a complete batch (None: never).
     checkpoint_every: updates between checkpoints.
-    sync: hand new weights to vLLM (and bump the proxy's policy version) every ``sync_every``.
+    sync: hand new weights to vLLM (and bump the proxy's policy version) every ``sync_every``
+        updates (``trainer.schedule``: what is due after each update, the same on every rank).
     group: consumer group in the event log (the trainer's position survives restarts).
     on_step: called with (step, metrics) after each update (progress displays, schedulers).
     stop: when set, the loop ends after the current update (a checkpoint is written).
@@ -74,101 +84,167 @@ class TrainerConfig:
     def __post_init__(self) -> None:
         BACKENDS.get(self.backend)  # a typo fails here, listing the valid backends
         self.backend = BackendName(self.backend)
+        self.schedule()  # a bad sync_every or checkpoint_every fails here too
+
+    def schedule(self) -> Schedule:
+        """When weights are synced and checkpoints written (no sync without ``sync``)."""
+        return Schedule(self.sync_every if self.sync is not None else None, self.checkpoint_every)
 
 
 def train(cfg: TrainerConfig) -> dict[str, Any]:
     """Run the loop; under torchrun every rank calls this and rank 0 leads (``trainer.ranks``)."""
     backend = make_backend(cfg.backend, cfg.model_dir, cfg.lora_rank, cfg.lr, cfg.seed)
     ranks = Ranks.current()
-    ckpt_dir = cfg.out_dir / "checkpoints"
-    state = checkpoint.load_latest(ckpt_dir, backend) or checkpoint.TrainerState()
+    state = checkpoint.load_latest(_checkpoints(cfg), backend) or checkpoint.TrainerState()
     if not ranks.lead:
         return _follow(cfg, backend, ranks, state)
-    source = EpisodeSource(cfg.episodes, group=cfg.group)
-    stream = EpisodeStream(source, cfg.stream, seen=state.seen)
-    log = MetricsLog(cfg.out_dir)
-    versions = checkpoint.PolicyVersions(cfg.out_dir / "versions.jsonl")
-    state.policy_version = max(state.policy_version, versions.high_water())
-    redone = checkpoint.truncate_ledger(cfg.out_dir / "consumed.jsonl", state.step)
-    if redone:
-        logger.warning(
-            "resuming at step %d: %d updates after it are made again", state.step, redone
-        )
-    consumed = open(cfg.out_dir / "consumed.jsonl", "a")  # noqa: SIM115 - closed below
-    lineage = StepArchive(cfg.archive) if cfg.archive is not None else None
-    last_batch = time.monotonic()
-    try:
-        while cfg.steps is None or state.step < cfg.steps:
-            episodes = stream.next_batch(state.policy_version, timeout=0.5)
-            idle = cfg.idle_timeout is not None and time.monotonic() - last_batch > cfg.idle_timeout
-            halt = cfg.stop is not None and cfg.stop.is_set()
-            episodes, stop = ranks.broadcast((episodes, halt or (episodes is None and idle)))
+    with _Lead(cfg, backend, ranks, state) as lead:
+        lead.run()
+    return lead.summary()
+
+
+class _Lead:
+    """Rank 0: reads the stream, updates, hands the weights over, logs, checkpoints, commits."""
+
+    def __init__(
+        self,
+        cfg: TrainerConfig,
+        backend: TrainerBackend,
+        ranks: Ranks,
+        state: checkpoint.TrainerState,
+    ) -> None:
+        self.cfg, self.backend, self.ranks, self.state = cfg, backend, ranks, state
+        self.schedule = cfg.schedule()
+        self.source = EpisodeSource(cfg.episodes, group=cfg.group)
+        self.stream = EpisodeStream(self.source, cfg.stream, seen=state.seen)
+        self.log = MetricsLog(cfg.out_dir)
+        self.versions = checkpoint.PolicyVersions(cfg.out_dir / "versions.jsonl")
+        # Resume from the highest version ever handed out (checkpoint.PolicyVersions).
+        state.policy_version = max(state.policy_version, self.versions.high_water())
+        ranks.broadcast(state.policy_version)  # every rank counts on from the same version
+        redone = checkpoint.truncate_ledger(cfg.out_dir / "consumed.jsonl", state.step)
+        if redone:
+            logger.warning(
+                "resuming at step %d: %d updates after it are made again", state.step, redone
+            )
+        self.consumed = open(cfg.out_dir / "consumed.jsonl", "a")  # noqa: SIM115 - __exit__
+        self.lineage = StepArchive(cfg.archive) if cfg.archive is not None else None
+
+    def __enter__(self) -> _Lead:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.consumed.close()
+        self.log.plot_rewards()
+        self.log.close()
+        self.source.close()
+
+    def run(self) -> None:
+        """Update on each batch until ``steps``, a stop, or idle; then a final checkpoint."""
+        last_batch = time.monotonic()
+        while self.cfg.steps is None or self.state.step < self.cfg.steps:
+            episodes, stop = self._next_batch(last_batch)
             if stop:
                 break
             if episodes is None:
                 continue
             last_batch = time.monotonic()
-            positions = [stream.position(e.episode_id) for e in episodes]
-            stream.trained(episodes)
-            failpoints.hit("trainer.before_update", state.step + 1)
-            t0 = time.perf_counter()
-            metrics = backend.train_step(to_batch(episodes), cfg.algo)
-            metrics["time/step_s"] = time.perf_counter() - t0
-            state.step += 1
-            rewards = [float(e.reward or 0.0) for e in episodes]
-            lags = [policy_lag(e, state.policy_version) for e in episodes]
-            metrics.update(
-                {
-                    "reward/mean": sum(rewards) / len(rewards),
-                    "staleness/mean": sum(lags) / len(lags),
-                    "staleness/max": max(lags),
-                    "stream/duplicates": stream.stats.duplicates,
-                    "stream/dead_letters": stream.stats.dead_letters,
-                    "stream/stale_dropped": stream.stats.stale_dropped,
-                    "stream/stale_kept": stream.stats.stale_kept,
-                    "stream/not_trained_task": stream.stats.not_trained_task,
-                    "stream/partial_groups": stream.stats.partial_groups,
-                    "stream/timed_out_alone": stream.stats.timed_out_alone,
-                    "data/episodes": len(episodes),
-                }
-            )
-            if cfg.sync is not None and state.step % cfg.sync_every == 0:
-                exported = backend.export_for_inference(_export_dir(cfg, state))
-                state.policy_version = versions.reserve(state.step, state.policy_version)
-                metrics["sync/seconds"] = cfg.sync.swap(exported, state.policy_version)
-                failpoints.hit("trainer.after_swap", state.step)
-            metrics["policy/version"] = state.policy_version
-            consumed.write(
-                json.dumps({"step": state.step, "episodes": [e.episode_id for e in episodes]})
-                + "\n"
-            )
-            consumed.flush()
-            if lineage is not None:
-                lineage.write(
-                    step_record(state.step, state.policy_version, episodes, positions, metrics)
-                )
-            log.log(state.step, metrics)
-            if cfg.on_step is not None:
-                cfg.on_step(state.step, metrics)
-            if state.step % cfg.checkpoint_every == 0:
-                state.seen = stream.done_ids()
-                checkpoint.save(ckpt_dir, backend, state, ranks)
-                failpoints.hit("trainer.after_checkpoint", state.step)
-                stream.commit()
-        state.seen = stream.done_ids()
-        checkpoint.save(ckpt_dir, backend, state, ranks)
-        stream.commit()
-    finally:
-        consumed.close()
-        log.plot_rewards()
-        log.close()
-        source.close()
+            self._step(episodes)
+        self._checkpoint()
+        self.stream.commit()
+
+    def _next_batch(self, last_batch: float) -> tuple[list[Episode] | None, bool]:
+        """The next batch (None: none complete yet) and whether to stop, sent to every rank."""
+        episodes = self.stream.next_batch(self.state.policy_version, timeout=0.5)
+        idle_s = time.monotonic() - last_batch
+        idle = self.cfg.idle_timeout is not None and idle_s > self.cfg.idle_timeout
+        halt = self.cfg.stop is not None and self.cfg.stop.is_set()
+        batch: tuple[list[Episode] | None, bool] = self.ranks.broadcast(
+            (episodes, halt or (episodes is None and idle))
+        )
+        return batch
+
+    def _step(self, episodes: list[Episode]) -> None:
+        """One update, then what the schedule says is due, its records and its callback."""
+        state = self.state
+        positions = [self.stream.position(e.episode_id) for e in episodes]
+        self.stream.trained(episodes)
+        failpoints.hit("trainer.before_update", state.step + 1)
+        t0 = time.perf_counter()
+        metrics = self.backend.train_step(to_batch(episodes), self.cfg.algo)
+        metrics["time/step_s"] = time.perf_counter() - t0
+        state.step += 1
+        metrics.update(_batch_metrics(episodes, state.policy_version, self.stream.stats))
+        due = self.schedule.after(state.step, state.policy_version)
+        if due.sync:
+            metrics["sync/seconds"] = self._sync(due.version)
+        metrics["policy/version"] = state.policy_version
+        self._record(episodes, positions, metrics)
+        if due.checkpoint:
+            self._checkpoint()
+            failpoints.hit("trainer.after_checkpoint", state.step)
+            self.stream.commit()
+
+    def _sync(self, version: int) -> float:
+        """Export the weights and serve them as ``version`` (recorded first); the seconds taken."""
+        assert self.cfg.sync is not None  # the schedule syncs only with a WeightSync
+        exported = self.backend.export_for_inference(_export_dir(self.cfg, self.state))
+        self.versions.record(self.state.step, version)
+        self.state.policy_version = version
+        seconds = self.cfg.sync.swap(exported, version)
+        failpoints.hit("trainer.after_swap", self.state.step)
+        return seconds
+
+    def _record(
+        self, episodes: list[Episode], positions: list[Position | None], metrics: dict[str, Any]
+    ) -> None:
+        """The update in the consumed ledger, the lineage, the metrics log and the callback."""
+        step, version = self.state.step, self.state.policy_version
+        entry = {"step": step, "episodes": [e.episode_id for e in episodes]}
+        self.consumed.write(json.dumps(entry) + "\n")
+        self.consumed.flush()
+        if self.lineage is not None:
+            self.lineage.write(step_record(step, version, episodes, positions, metrics))
+        self.log.log(step, metrics)
+        if self.cfg.on_step is not None:
+            self.cfg.on_step(step, metrics)
+
+    def _checkpoint(self) -> None:
+        self.state.seen = self.stream.done_ids()
+        checkpoint.save(_checkpoints(self.cfg), self.backend, self.state, self.ranks)
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "steps": self.state.step,
+            "policy_version": self.state.policy_version,
+            "stats": self.stream.stats,
+            "out_dir": str(self.cfg.out_dir),
+        }
+
+
+def _batch_metrics(
+    episodes: list[Episode], version: int, stats: StreamStats
+) -> dict[str, float | int]:
+    """Reward, staleness (against the ``version`` trained) and the stream's counts."""
+    rewards = [float(e.reward or 0.0) for e in episodes]
+    lags = [policy_lag(e, version) for e in episodes]
     return {
-        "steps": state.step,
-        "policy_version": state.policy_version,
-        "stats": stream.stats,
-        "out_dir": str(cfg.out_dir),
+        "reward/mean": sum(rewards) / len(rewards),
+        "staleness/mean": sum(lags) / len(lags),
+        "staleness/max": max(lags),
+        "stream/duplicates": stats.duplicates,
+        "stream/dead_letters": stats.dead_letters,
+        "stream/stale_dropped": stats.stale_dropped,
+        "stream/stale_kept": stats.stale_kept,
+        "stream/not_trained_task": stats.not_trained_task,
+        "stream/partial_groups": stats.partial_groups,
+        "stream/timed_out_alone": stats.timed_out_alone,
+        "data/episodes": len(episodes),
     }
+
+
+def _checkpoints(cfg: TrainerConfig) -> Path:
+    return cfg.out_dir / "checkpoints"
 
 
 def _export_dir(cfg: TrainerConfig, state: checkpoint.TrainerState) -> Path:
@@ -179,6 +255,8 @@ def _follow(
     cfg: TrainerConfig, backend: TrainerBackend, ranks: Ranks, state: checkpoint.TrainerState
 ) -> dict[str, Any]:
     """A non-lead rank: take each batch from the lead and join the collective steps."""
+    schedule = cfg.schedule()
+    state.policy_version = ranks.broadcast(None)  # the lead's, resumed (see _Lead)
     while cfg.steps is None or state.step < cfg.steps:
         episodes, stop = ranks.broadcast(None)
         if stop:
@@ -187,10 +265,11 @@ def _follow(
             continue
         backend.train_step(to_batch(episodes), cfg.algo)
         state.step += 1
-        if cfg.sync is not None and state.step % cfg.sync_every == 0:
+        due = schedule.after(state.step, state.policy_version)
+        if due.sync:
             backend.export_for_inference(_export_dir(cfg, state))
-            state.policy_version += 1
-        if state.step % cfg.checkpoint_every == 0:
-            checkpoint.save(cfg.out_dir / "checkpoints", backend, state, ranks)
-    checkpoint.save(cfg.out_dir / "checkpoints", backend, state, ranks)
+            state.policy_version = due.version
+        if due.checkpoint:
+            checkpoint.save(_checkpoints(cfg), backend, state, ranks)
+    checkpoint.save(_checkpoints(cfg), backend, state, ranks)
     return {"steps": state.step, "policy_version": state.policy_version, "rank": ranks.rank}

@@ -30,9 +30,8 @@ class SFTConfig:
     batch: examples per step.
     lr: AdamW learning rate (constant after a short warm-up).
     warmup: steps of linear learning-rate warm-up (0: none).
-    clip_grad_norm: gradient-norm clipping (None: none). In the echo-words warm start, clipping at
-        1.0 left the tiny model without the copy skill after 1,000 steps; without clipping it
-        appeared at about step 580 (one build each).
+    clip_grad_norm: gradient-norm clipping (None: none; the echo-words warm start uses none,
+        see bench/RESULTS.md).
     seed: draws of the data and the model's randomness.
     """
 

@@ -8,6 +8,7 @@ from typing import Annotated
 
 import typer
 
+from trainer.algorithm_names import AdvantageEstimator
 from trainer.backends import BackendName
 
 app = typer.Typer(
@@ -128,7 +129,9 @@ def train(
     ] = BackendName.CPU,
     lora_rank: Annotated[int, typer.Option(help="RL: LoRA rank; 0 trains full weights.")] = 8,
     lr: Annotated[float, typer.Option(help="Learning rate.")] = 1e-3,
-    advantage: Annotated[str, typer.Option(help="RL: veRL advantage estimator.")] = "grpo",
+    advantage: Annotated[
+        AdvantageEstimator, typer.Option(help="RL: veRL advantage estimator.")
+    ] = AdvantageEstimator.GRPO,
     rollout_is: Annotated[
         str, typer.Option(help="RL: IS correction: token, sequence or none.")
     ] = "token",

@@ -38,15 +38,9 @@ def train(
     from rich.console import Console
 
     from openforge.train.config import describe, load_config
-    from openforge.train.report import (
-        live_progress,
-        plot_curves,
-        progress_text,
-        read_metrics,
-        run_summary,
-    )
+    from openforge.train.report import live_progress, progress_text
     from openforge.train.report import summary_table as table
-    from openforge.train.run import TrainingRun, write_summary
+    from openforge.train.run import TrainingRun
 
     console = Console()
     if show_config:
@@ -64,26 +58,22 @@ def train(
     console.print(f"run directory {run.root}")
     try:
         with live_progress(console, run):
-            summary = run.run()
+            report = run.run()
     except KeyboardInterrupt:
         console.print("[yellow]stopped[/]: everything started was stopped; rerun to resume")
         raise typer.Exit(130) from None
-    metrics = read_metrics(run.root / "trainer" / "metrics.csv")
-    evals = run.evals.rows
-    console.print(table(metrics, evals))
-    png = plot_curves(
-        run.root / "curves.png", metrics, evals, f"{cfg.tasks.dataset} ({cfg.harness.name})"
-    )
-    result = run_summary(run.root, float(summary["seconds"]))
-    write_summary(run.root, result)
+    console.print(table(report.metrics, run.evals.rows))
+    result = report.summary
     console.print(
-        f"{result['updates']} updates in {result['seconds']:.0f} s; held-out reward "
-        f"{_f(result['heldout_initial'])} (v0) -> {_f(result['heldout_final'])} "
-        f"(v{result['policy_version']}); train reward {_f(result['train_first'])} -> "
-        f"{_f(result['train_last'])}"
+        f"{result.updates} updates in {result.seconds:.0f} s; held-out reward "
+        f"{_f(result.heldout_initial)} (v0) -> {_f(result.heldout_final)} "
+        f"(v{result.policy_version}); train reward {_f(result.train_first)} -> "
+        f"{_f(result.train_last)}"
     )
     metrics_csv = run.root / "trainer" / "metrics.csv"
-    console.print(f"curves: {png}; metrics: {metrics_csv}; summary: {run.root / 'summary.json'}")
+    console.print(
+        f"curves: {report.curves}; metrics: {metrics_csv}; summary: {run.root / 'summary.json'}"
+    )
 
 
 def demo() -> None:

@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from openforge.cli.paths import absolute_location
+from trainer.algorithm_names import AdvantageEstimator, PolicyLoss
 from trainer.backends import BackendName
 
 app = typer.Typer(
@@ -34,11 +35,11 @@ def run(
     ] = BackendName.CPU,
     lr: Annotated[float, typer.Option(help="AdamW learning rate.")] = 1e-3,
     advantage: Annotated[
-        str, typer.Option(help="veRL advantage estimator: grpo, rloo, ...")
-    ] = "grpo",
+        AdvantageEstimator, typer.Option(help="veRL advantage estimator: grpo, rloo, ...")
+    ] = AdvantageEstimator.GRPO,
     policy_loss: Annotated[
-        str, typer.Option(help="veRL policy loss: vanilla, gspo, ...")
-    ] = "vanilla",
+        PolicyLoss, typer.Option(help="veRL policy loss: vanilla, gspo, ...")
+    ] = PolicyLoss.VANILLA,
     rollout_is: Annotated[
         str, typer.Option(help="IS correction: token, sequence or none.")
     ] = "token",

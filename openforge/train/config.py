@@ -25,6 +25,7 @@ from typing import Any, TypeVar
 from infra.eventlog.urls import absolute_location
 from schemas.errors import ConfigError
 from schemas.registry import choose
+from trainer.algorithm_names import AdvantageEstimator, PolicyLoss
 from trainer.backends import BackendName
 from trainer.stream import StalePolicy
 
@@ -128,8 +129,12 @@ class PipelineSection:
 @dataclass
 class TrainerSection:
     backend: BackendName = _f(BackendName.CPU, "trainer backend: cpu (reference) or verl (GPUs)")
-    advantage: str = _f("grpo", "veRL advantage estimator: grpo, rloo, reinforce_plus_plus, ...")
-    policy_loss: str = _f("vanilla", "veRL policy loss: vanilla (PPO clip), gspo, cispo, ...")
+    advantage: AdvantageEstimator = _f(
+        AdvantageEstimator.GRPO, "veRL advantage estimator: grpo, rloo, gpg, opo, ..."
+    )
+    policy_loss: PolicyLoss = _f(
+        PolicyLoss.VANILLA, "veRL policy loss: vanilla (PPO clip), gspo, cispo, ..."
+    )
     lora_rank: int = _f(8, "LoRA rank of the trained adapter (0: full weights)")
     lr: float = _f(3e-3, "AdamW learning rate (0: a control run that never changes the policy)")
     steps: int = _f(12, "updates in the run")

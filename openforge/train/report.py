@@ -1,26 +1,55 @@
-"""What a training run shows: the live progress line, the summary table, the curves PNG."""
+"""What a training run shows: the live progress line, the summary table, the curves PNG, and
+the report it ends with (``curves.png`` and ``summary.json`` in the run directory)."""
 
 from __future__ import annotations
 
 import csv
+import dataclasses
+import json
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Protocol
 
 from rich.console import Console, Group
 from rich.live import Live as RichLive
 from rich.table import Table
 from rich.text import Text
 
-from openforge.train.driver import EvalLog, Evaluation
+from openforge.train.config import TrainConfig
+from openforge.train.driver import EvalLog, Evaluation, RolloutDriver
+from orchestrator.run import Orchestrator
+
+
+@dataclass
+class Live:
+    """What the progress display shows, updated by the trainer's callback."""
+
+    step: int = 0
+    policy_version: int = 0
+    train_reward: float | None = None
+    step_times: list[float] | None = None
+    started: float = 0.0
+    last_step_at: float = 0.0
+
+
+class RunView(Protocol):
+    """What the progress display reads of a running training run (``run.TrainingRun``)."""
+
+    cfg: TrainConfig
+    live: Live
+    evals: EvalLog
+    train_orch: Orchestrator | None
+    eval_orch: Orchestrator | None
+    driver: RolloutDriver | None
 
 
 def _fmt(value: float | None, digits: int = 3) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
 
-def progress_text(run: Any) -> Group:
+def progress_text(run: RunView) -> Group:
     """One screen: rollouts, episodes, update, policy version, rewards, time per step, ETA."""
     live, cfg = run.live, run.cfg
     counts = [o.counts for o in (run.train_orch, run.eval_orch) if o is not None]
@@ -53,7 +82,7 @@ def progress_text(run: Any) -> Group:
 
 
 @contextmanager
-def live_progress(console: Console, run: Any) -> Iterator[None]:
+def live_progress(console: Console, run: RunView) -> Iterator[None]:
     """Refresh the progress line twice a second while the block runs (not on a non-terminal)."""
     if not console.is_terminal:
         yield
@@ -148,22 +177,69 @@ def plot_curves(
     return path
 
 
-def run_summary(root: Path, seconds: float) -> dict[str, Any]:
-    """The figures a run is judged by (also written to summary.json)."""
+@dataclass(frozen=True)
+class RunSummary:
+    """The figures a run is judged by (``summary.json``).
+
+    Attributes:
+        updates: updates made (rows of metrics.csv, over every launch).
+        policy_version: the version of the last update's weights.
+        heldout_initial, heldout_final: the first and the last held-out mean reward.
+        heldout: held-out mean reward per policy version evaluated.
+        train_first, train_last: mean train reward of the first and the last (up to) 3 updates.
+        max_behavior_kl: the largest trainer-vs-engine KL of any update.
+        seconds: the launch's time from the driver's start to the last episode.
+    """
+
+    updates: int
+    policy_version: int
+    heldout_initial: float | None
+    heldout_final: float | None
+    heldout: dict[int, float]
+    train_first: float | None
+    train_last: float | None
+    max_behavior_kl: float | None
+    seconds: float
+
+
+@dataclass(frozen=True)
+class Report:
+    """What a finished run leaves for its reader: the summary, the metrics and the curves."""
+
+    summary: RunSummary
+    metrics: list[dict[str, float]]
+    curves: Path
+
+
+def run_summary(root: Path, seconds: float) -> RunSummary:
+    """The figures a run is judged by, from its run directory."""
     metrics = read_metrics(root / "trainer" / "metrics.csv")
     evals = EvalLog(root / "eval.csv").rows
     rewards = [r["reward/mean"] for r in metrics if "reward/mean" in r]
     k = max(1, min(3, len(rewards) // 2)) if rewards else 0
-    return {
-        "updates": len(metrics),
-        "policy_version": int(metrics[-1].get("policy/version", 0)) if metrics else 0,
-        "heldout_initial": evals[0].mean_reward if evals else None,
-        "heldout_final": evals[-1].mean_reward if evals else None,
-        "heldout": {e.policy_version: e.mean_reward for e in evals},
-        "train_first": sum(rewards[:k]) / k if k else None,
-        "train_last": sum(rewards[-k:]) / k if k else None,
-        "max_behavior_kl": max(
-            (abs(r.get("actor/behavior_kl", 0.0)) for r in metrics), default=None
-        ),
-        "seconds": round(seconds, 1),
-    }
+    return RunSummary(
+        updates=len(metrics),
+        policy_version=int(metrics[-1].get("policy/version", 0)) if metrics else 0,
+        heldout_initial=evals[0].mean_reward if evals else None,
+        heldout_final=evals[-1].mean_reward if evals else None,
+        heldout={e.policy_version: e.mean_reward for e in evals},
+        train_first=sum(rewards[:k]) / k if k else None,
+        train_last=sum(rewards[-k:]) / k if k else None,
+        max_behavior_kl=max((abs(r.get("actor/behavior_kl", 0.0)) for r in metrics), default=None),
+        seconds=round(seconds, 1),
+    )
+
+
+def write_summary(root: Path, summary: RunSummary) -> None:
+    """``summary.json`` in the run directory."""
+    text = json.dumps(dataclasses.asdict(summary), indent=2, default=str)
+    (root / "summary.json").write_text(text + "\n")
+
+
+def write_report(root: Path, evals: list[Evaluation], title: str, seconds: float) -> Report:
+    """The run's report: ``curves.png`` and ``summary.json`` written to ``root``."""
+    metrics = read_metrics(root / "trainer" / "metrics.csv")
+    curves = plot_curves(root / "curves.png", metrics, evals, title)
+    summary = run_summary(root, seconds)
+    write_summary(root, summary)
+    return Report(summary, metrics, curves)

@@ -26,82 +26,99 @@ checkpoints, exported weights), ``eval.csv``, ``curves.png``, ``summary.json``.
 from __future__ import annotations
 
 import json
-import sys
 import threading
 import time
 from collections.abc import Callable
 from contextlib import ExitStack
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from infra import paths
-from infra.harnesses import Agent, Harness, harness
-from infra.local.process import ServiceProcess
 from infra.local.vllm import VLLMServer
-from infra.sandbox import ProxyEndpoint, sandbox
-from infra.tasks import Task, load_dataset
-from openforge.stack import SANDBOX_PROXY_PORT, proxy_process
+from infra.sandbox import sandbox
+from infra.tasks import Task
+from openforge.stack import (
+    ModelServer,
+    ProxyOptions,
+    Stack,
+    StackSpec,
+    StreamingPipeline,
+    pipeline_process,
+    serve,
+)
 from openforge.train.config import TrainConfig
 from openforge.train.driver import EvalLog, Pacing, RolloutDriver
-from openforge.train.warmstart import warm_start
+from openforge.train.launch import Launch, prepare_launch
+from openforge.train.report import Live, Report, write_report
 from orchestrator.registry import ROLLOUT_BACKENDS
 from orchestrator.run import Orchestrator, OrchestratorConfig
 from orchestrator.rundir import RunDir
-from schemas.errors import ConfigError, ServiceError
+from schemas.errors import ServiceError
+from trainer.weight_sync import SyncMode, WeightSync
+
+if TYPE_CHECKING:  # the trainer's loop imports torch: only the trainer step needs it
+    from orchestrator.plan import PlannedRollout
+    from trainer.loop import TrainerConfig
 
 POLICY = "policy"  # the model name harnesses ask for
 
 
-@dataclass
-class Live:
-    """What the progress display shows, updated by the trainer's callback."""
+class Watched(Protocol):
+    """A started service: ``check_alive`` raises :class:`ServiceError` once it has died."""
 
-    step: int = 0
-    policy_version: int = 0
-    train_reward: float | None = None
-    step_times: list[float] | None = None
-    started: float = 0.0
-    last_step_at: float = 0.0
+    def check_alive(self) -> None: ...
 
 
-def _harness(cfg: TrainConfig) -> Harness:
-    if cfg.harness.name == "agent":
-        return Agent(max_turns=cfg.harness.max_turns, max_tokens=cfg.harness.max_tokens)
-    return harness(cfg.harness.name)
-
-
-def _base_model(cfg: TrainConfig) -> Path:
-    if cfg.model.base == "tiny":
-        from infra.tiny_model import TinyModelSpec, build_tiny_model
-
-        spec = TinyModelSpec(max_position_embeddings=max(cfg.model.context, 4096))
-        return build_tiny_model(
-            paths.default_tiny_dir(cfg.model.seed, spec.max_position_embeddings),
-            cfg.model.seed,
-            spec,
-        )
-    base = Path(cfg.model.base)
-    if not (base / "config.json").exists():
-        raise ConfigError(
-            f"model.base = {cfg.model.base!r} is neither 'tiny' nor a model directory"
-        )
-    return base
-
-
-def prepare_model(cfg: TrainConfig, say: Callable[[str], None] = print) -> Path:
-    """The model RL starts from: the base (built if it is the tiny one), warm-started per
-    ``[warm_start]`` (cached under the cache dir)."""
-    return warm_start(
-        _base_model(cfg), cfg.warm_start, cfg.harness, paths.cache_dir() / "models", say
+def stack_spec(cfg: TrainConfig, root: Path, launch: Launch) -> StackSpec:
+    """The run's vLLM and proxy: the policy as the LoRA adapter ``policy`` on the warm-started
+    model, or (``trainer.lora_rank = 0``) as full weights served under that name."""
+    lora = cfg.trainer.lora_rank > 0
+    served = (
+        ModelServer(launch.model_dir, None, cfg.model.context, max(cfg.trainer.lora_rank, 8))
+        if lora
+        else ModelServer(launch.weights, POLICY, cfg.model.context)
+    )
+    return StackSpec(
+        out=root / "services",
+        log_url=launch.log_url,
+        model=POLICY,
+        tokenizer=launch.model_dir,
+        vllm=served,
+        proxy=ProxyOptions(
+            max_model_len=cfg.model.context,
+            max_tokens_cap=cfg.proxy.max_tokens_cap,
+            workers=cfg.proxy.workers,  # >1: each sandbox gets its worker's socket
+        ),
+        proxy_args=tuple(cfg.proxy.extra_args),
     )
 
 
-def _split(dataset: str, split: str) -> list[Task]:
-    return list(load_dataset(Path(dataset), split=split))
+def pipeline_job(cfg: TrainConfig, root: Path, log_url: str) -> StreamingPipeline:
+    """The run's streaming pipeline: episodes to the run's log, everything to its archive."""
+    return StreamingPipeline(
+        log_url, root / "archive", cfg.pipeline.lateness_s, tuple(cfg.pipeline.beam_args)
+    )
+
+
+def pacing(cfg: TrainConfig, per_step: int) -> Pacing:
+    """How the driver paces rollouts to the trainer, and when it evaluates."""
+    return Pacing(
+        cfg.trainer.steps,
+        per_step,
+        cfg.rollouts.samples_per_task,
+        cfg.trainer.max_staleness,
+        cfg.evaluation.every,
+        cfg.evaluation.samples_per_task,
+        cfg.trainer.seed,
+    )
+
+
+def _per_step(cfg: TrainConfig, launch: Launch) -> int:
+    return min(cfg.tasks.per_step, len(launch.train_tasks))
 
 
 class TrainingRun:
+    """One launch of a training run, as its steps (:meth:`run`)."""
+
     def __init__(
         self,
         cfg: TrainConfig,
@@ -119,163 +136,143 @@ class TrainingRun:
         self.failure: ServiceError | None = None
         self.tag = ""
 
-    # -- set-up ---------------------------------------------------------------------------
-
-    def _launch_tag(self) -> str:
-        """A fresh tag per launch of this run directory: rollout ids never repeat on resume."""
-        path = self.root / "launches"
-        n = int(path.read_text()) + 1 if path.exists() else 1
-        path.write_text(str(n))
-        return f"l{n}"
-
-    def _initial_weights(self, model_dir: Path, version_dir: Path) -> tuple[Path, int, int]:
-        """(weights to serve, policy version, last update done): the latest checkpoint's
-        export, or the untrained policy (for LoRA, B = 0: exactly the warm-started model)."""
-        from trainer import checkpoint
-
-        state = checkpoint.latest_state(self.root / "trainer" / "checkpoints")
-        if state is not None:
-            export = self.root / "trainer" / "export" / f"v{state.step}"
-            if export.exists():
-                return export, state.policy_version, state.step
-        if self.cfg.trainer.lora_rank == 0:
-            return model_dir, 0, 0
-        from trainer.backends import make_backend
-
-        backend = make_backend(
-            self.cfg.trainer.backend,
-            model_dir,
-            self.cfg.trainer.lora_rank,
-            1e-3,
-            self.cfg.trainer.seed,
-        )
-        return backend.export_for_inference(version_dir), 0, 0
+    def _set_up(self) -> Launch:
+        """The run directory and what this launch starts from (``launch.py``)."""
+        launch = prepare_launch(self.cfg, self.root, self.say)
+        self.tag = launch.tag
+        self.live.step, self.live.policy_version = launch.done_steps, launch.version
+        return launch
 
     # -- the run ---------------------------------------------------------------------------
 
-    def run(self) -> dict[str, Any]:
-        cfg = self.cfg
-        self.root.mkdir(parents=True, exist_ok=True)
-        (self.root / "config.toml").write_text(cfg.to_toml())
-        train_tasks = _split(cfg.tasks.dataset, cfg.tasks.train_split)
-        heldout = _split(cfg.tasks.dataset, cfg.tasks.heldout_split)
-        if not train_tasks:
-            raise ConfigError(f"no {cfg.tasks.train_split!r} tasks in {cfg.tasks.dataset}")
-        chosen = _harness(cfg)
-        model_dir = prepare_model(cfg, self.say)
-        tag = self.tag = self._launch_tag()
-        log_url = cfg.event_log.url or f"local:{self.root / 'log'}"
-        lora = cfg.trainer.lora_rank > 0
+    def run(self) -> Report:
+        """Start the stack, the pipeline and the rollout driver, train in this thread, then
+        write the report; everything started is stopped on the way out, in reverse."""
+        launch = self._set_up()
         with ExitStack() as stack:
-            weights, version, done_steps = self._initial_weights(
-                model_dir, self.root / "trainer" / "export" / "v0"
-            )
-            self.live.step, self.live.policy_version = done_steps, version
-            if done_steps:
-                self.say(f"resuming after update {done_steps} (policy version {version})")
-            self.say(f"starting vLLM on {model_dir} (20-40 s on CPU)")
-            vllm = stack.enter_context(
-                VLLMServer(
-                    model_dir if lora else weights,
-                    served_model_name=None if lora else POLICY,
-                    max_model_len=cfg.model.context,
-                    enable_lora=lora,
-                    max_lora_rank=max(cfg.trainer.lora_rank, 8),
-                    log_path=self.root / "services" / "vllm.log",
-                )
-            )
-            from trainer.weight_sync import SyncMode, WeightSync
+            services, vllm, sync = self._start_stack(stack, launch)
+            job = pipeline_job(self.cfg, self.root, launch.log_url)
+            pipeline = stack.enter_context(pipeline_process(job, self.root / "pipeline.log"))
+            self._start_driver(stack, launch, services)
+            self._start_watchdog([vllm, pipeline])
+            self._train(launch, sync)
+            seconds = self._finish(launch)
+        title = f"{self.cfg.tasks.dataset} ({self.cfg.harness.name})"
+        return write_report(self.root, self.evals.rows, title, seconds)
 
-            mode = SyncMode.LORA if lora else SyncMode.FULL
-            socket = self.root / "services" / "proxy.sock"
-            proxy_args = [
-                "--max-model-len", str(cfg.model.context),
-                "--max-tokens-cap", str(cfg.proxy.max_tokens_cap),
-                "--workers", str(cfg.proxy.workers),  # >1: each sandbox gets its worker's socket
-                *cfg.proxy.extra_args,
-            ]  # fmt: skip
-            admin = stack.enter_context(
-                proxy_process(
-                    vllm.base_url,
-                    model=POLICY,
-                    tokenizer=model_dir,
-                    log_url=log_url,
-                    out=self.root / "services",
-                    extra_args=proxy_args,
-                    unix_socket=socket,
-                )
-            )
-            sync = WeightSync(vllm.base_url, POLICY, admin.url, admin.token, mode=mode)
-            if lora:
-                sync.swap(weights, version)
-            else:
-                admin.set_policy_version(version)
-            self.say(f"proxy at {admin.url}; events in {log_url}")
-            pipeline_argv = [
-                sys.executable, "-m", "openforge", "pipeline", "run", "--source", log_url,
-                "--run-archive", str(self.root / "archive"),
-                "--lateness", str(cfg.pipeline.lateness_s),
-                *[f"--beam-arg={a}" for a in cfg.pipeline.beam_args],
-            ]  # fmt: skip
-            pipeline = ServiceProcess("pipeline", pipeline_argv, self.root / "pipeline.log")
-            pipeline.start()
-            stack.callback(pipeline.stop)
-            endpoint = ProxyEndpoint(socket, SANDBOX_PROXY_PORT)
-            backend = ROLLOUT_BACKENDS.get(cfg.rollouts.backend)(sandbox(), endpoint)
-            stack.callback(backend.close)
-            orch_cfg = OrchestratorConfig(
-                concurrency=cfg.rollouts.concurrency,
-                max_attempts=cfg.rollouts.max_attempts,
-                model=POLICY,
-            )
-            self.train_orch = Orchestrator(
-                backend, chosen, admin, RunDir(self.root / "rollouts"), orch_cfg
-            )
-            self.eval_orch = Orchestrator(
-                backend, chosen, admin, RunDir(self.root / "eval"), orch_cfg
-            )
-            for note, n in _collapse(
-                self.train_orch.check([*_probe(train_tasks), *_probe(heldout)])
-            ):
-                self.say(f"note ({n} tasks): {note}" if n > 1 else f"note: {note}")
-            per_step = min(cfg.tasks.per_step, len(train_tasks))
-            self.driver = RolloutDriver(
-                admin,
-                self.train_orch,
-                self.eval_orch,
-                train_tasks,
-                heldout,
-                Pacing(
-                    cfg.trainer.steps,
-                    per_step,
-                    cfg.rollouts.samples_per_task,
-                    cfg.trainer.max_staleness,
-                    cfg.evaluation.every,
-                    cfg.evaluation.samples_per_task,
-                    cfg.trainer.seed,
-                ),
-                self.evals,
-                done_steps + 1,
-                tag,
-                self.stop,
-            )
-            stack.callback(self._stop_driver)
-            watchdog = threading.Thread(
-                target=self._watch, args=([vllm, pipeline],), daemon=True, name="watchdog"
-            )
-            self.live.started = self.live.last_step_at = time.monotonic()
-            self.driver.start()
-            watchdog.start()
-            summary = self._train(model_dir, log_url, sync, per_step, train_tasks)
-            self.driver.join()
-            if self.failure is not None:
-                raise self.failure
-            if self.driver.error is None:
-                self._drain(log_url, cfg.pipeline.lateness_s + 30.0)
-            if self.driver.error is not None:
-                raise self.driver.error
-            summary["seconds"] = time.monotonic() - self.live.started
-            return summary
+    def _start_stack(
+        self, stack: ExitStack, launch: Launch
+    ) -> tuple[Stack, VLLMServer, WeightSync]:
+        """vLLM and the proxy, serving the launch's first weights as its policy version; the
+        weight sync that hands the trainer's next ones over."""
+        services = stack.enter_context(serve(stack_spec(self.cfg, self.root, launch), self.say))
+        vllm = services.vllm
+        assert vllm is not None  # stack_spec always asks for one
+        lora = self.cfg.trainer.lora_rank > 0
+        admin = services.admin
+        mode = SyncMode.LORA if lora else SyncMode.FULL
+        sync = WeightSync(vllm.base_url, POLICY, admin.url, admin.token, mode=mode)
+        if lora:
+            sync.swap(launch.weights, launch.version)
+        else:
+            admin.set_policy_version(launch.version)
+        return services, vllm, sync
+
+    def _orchestrators(self, stack: ExitStack, launch: Launch, services: Stack) -> None:
+        """The rollout backend and the train and eval orchestrators; the tasks checked."""
+        cfg = self.cfg
+        backend = ROLLOUT_BACKENDS.get(cfg.rollouts.backend)(sandbox(), services.endpoint)
+        stack.callback(backend.close)
+        orch_cfg = OrchestratorConfig(
+            concurrency=cfg.rollouts.concurrency,
+            max_attempts=cfg.rollouts.max_attempts,
+            model=POLICY,
+        )
+        chosen, admin = launch.harness, services.admin
+        self.train_orch = Orchestrator(
+            backend, chosen, admin, RunDir(self.root / "rollouts"), orch_cfg
+        )
+        self.eval_orch = Orchestrator(backend, chosen, admin, RunDir(self.root / "eval"), orch_cfg)
+        train_tasks, heldout = launch.train_tasks, launch.heldout
+        for note, n in _collapse(self.train_orch.check([*_probe(train_tasks), *_probe(heldout)])):
+            self.say(f"note ({n} tasks): {note}" if n > 1 else f"note: {note}")
+
+    def _start_driver(self, stack: ExitStack, launch: Launch, services: Stack) -> None:
+        """The rollout driver, paced to the trainer, from the update after the last one made."""
+        self._orchestrators(stack, launch, services)
+        assert self.train_orch is not None and self.eval_orch is not None
+        self.driver = RolloutDriver(
+            services.admin,
+            self.train_orch,
+            self.eval_orch,
+            launch.train_tasks,
+            launch.heldout,
+            pacing(self.cfg, _per_step(self.cfg, launch)),
+            self.evals,
+            launch.done_steps + 1,
+            launch.tag,
+            self.stop,
+        )
+        stack.callback(self._stop_driver)
+        self.live.started = self.live.last_step_at = time.monotonic()
+        self.driver.start()
+
+    def _start_watchdog(self, services: list[Watched]) -> None:
+        threading.Thread(target=self._watch, args=(services,), daemon=True, name="watchdog").start()
+
+    def _train(self, launch: Launch, sync: WeightSync) -> None:
+        """The trainer, in this thread, until its last update (or a stop)."""
+        from trainer.loop import train
+
+        train(self.trainer_config(launch, sync))
+
+    def trainer_config(self, launch: Launch, sync: WeightSync) -> TrainerConfig:
+        """The trainer's config: the run's episodes, its training tasks, groups of the driver's
+        rounds, and the weights handed to vLLM after every update."""
+        from trainer.algorithms import AlgorithmConfig
+        from trainer.loop import TrainerConfig
+        from trainer.stream import StreamConfig
+
+        cfg = self.cfg
+        return TrainerConfig(
+            episodes=launch.log_url,
+            model_dir=launch.model_dir,
+            out_dir=self.root / "trainer",
+            lora_rank=cfg.trainer.lora_rank or None,
+            backend=cfg.trainer.backend,
+            lr=cfg.trainer.lr,
+            seed=cfg.trainer.seed,
+            algo=AlgorithmConfig(
+                advantage=cfg.trainer.advantage, policy_loss=cfg.trainer.policy_loss
+            ),
+            stream=StreamConfig(
+                group_size=cfg.rollouts.samples_per_task,
+                token_budget=10_000_000,
+                max_staleness=cfg.trainer.max_staleness,
+                stale=cfg.trainer.stale,
+                groups_per_batch=_per_step(cfg, launch),
+                task_ids=frozenset(t.id for t in launch.train_tasks),
+            ),
+            steps=cfg.trainer.steps,
+            idle_timeout=None,
+            sync=sync,
+            on_step=self._on_step,
+            stop=self.stop,
+            archive=self.root / "archive",
+        )
+
+    def _finish(self, launch: Launch) -> float:
+        """Wait for the driver's last evaluation and the last episodes; the run's seconds. A
+        dead service's or the driver's error is raised here."""
+        assert self.driver is not None
+        self.driver.join()
+        if self.failure is not None:
+            raise self.failure
+        if self.driver.error is None:
+            self._drain(launch.log_url, self.cfg.pipeline.lateness_s + 30.0)
+        if self.driver.error is not None:
+            raise self.driver.error
+        return time.monotonic() - self.live.started
 
     def _drain(self, log_url: str, timeout: float) -> None:
         """Before the pipeline stops: wait until every rollout this launch verified has its
@@ -300,7 +297,7 @@ class TrainingRun:
         if wanted:
             self.say(f"[yellow]{len(wanted)} rollouts had no episode yet when the run ended[/]")
 
-    def _watch(self, services: list[Any]) -> None:
+    def _watch(self, services: list[Watched]) -> None:
         """Stop the run (with the service's log tail as the error) when vLLM or the pipeline
         dies: the trainer would otherwise wait for episodes that never come."""
         while not self.stop.wait(1.0):
@@ -330,50 +327,8 @@ class TrainingRun:
         if self.on_update is not None:
             self.on_update()
 
-    def _train(
-        self,
-        model_dir: Path,
-        log_url: str,
-        sync: Any,
-        per_step: int,
-        train_tasks: list[Task],
-    ) -> dict[str, Any]:
-        from trainer.algorithms import AlgorithmConfig
-        from trainer.loop import TrainerConfig, train
-        from trainer.stream import StreamConfig
 
-        cfg = self.cfg
-        return train(
-            TrainerConfig(
-                episodes=log_url,
-                model_dir=model_dir,
-                out_dir=self.root / "trainer",
-                lora_rank=cfg.trainer.lora_rank or None,
-                backend=cfg.trainer.backend,
-                lr=cfg.trainer.lr,
-                seed=cfg.trainer.seed,
-                algo=AlgorithmConfig(
-                    advantage=cfg.trainer.advantage, policy_loss=cfg.trainer.policy_loss
-                ),
-                stream=StreamConfig(
-                    group_size=cfg.rollouts.samples_per_task,
-                    token_budget=10_000_000,
-                    max_staleness=cfg.trainer.max_staleness,
-                    stale=cfg.trainer.stale,
-                    groups_per_batch=per_step,
-                    task_ids=frozenset(t.id for t in train_tasks),
-                ),
-                steps=cfg.trainer.steps,
-                idle_timeout=None,
-                sync=sync,
-                on_step=self._on_step,
-                stop=self.stop,
-                archive=self.root / "archive",
-            )
-        )
-
-
-def _probe(tasks: list[Task]) -> list[Any]:
+def _probe(tasks: list[Task]) -> list[PlannedRollout]:
     """One planned rollout per task: what the backend checks before anything runs."""
     from orchestrator.plan import plan
 
@@ -388,7 +343,3 @@ def _collapse(notes: list[str]) -> list[tuple[str, int]]:
         key = rest if sep else note
         counts[key] = counts.get(key, 0) + 1
     return list(counts.items())
-
-
-def write_summary(root: Path, summary: dict[str, Any]) -> None:
-    (root / "summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")

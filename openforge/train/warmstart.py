@@ -15,7 +15,7 @@ against.
 
 The result is cached by what decides it (base model, recipe, settings), so reruns and resumed
 runs reuse it; the first phase is cached on its own (``warm-exact-KEY``), so changing only the
-noisy phase's settings rebuilds in about a minute.
+noisy phase's settings rebuilds only that phase.
 """
 
 from __future__ import annotations

@@ -49,6 +49,14 @@ def test_every_field_has_a_default_and_a_description() -> None:
         ({"proxy": {"workers": 65}}, "proxy.workers must be from 1 to 64, not 65"),
         ({"proxy": {"workers": "two"}}, "proxy.workers must be a int"),
         ({"proxy": {"extra_args": ["--workers", "2"]}}, "set proxy.workers"),
+        (
+            {"trainer": {"advantage": "gae"}},
+            "unknown trainer.advantage 'gae': choose one of grpo, grpo_vectorized",
+        ),
+        (
+            {"trainer": {"policy_loss": "dro"}},
+            "unknown trainer.policy_loss 'dro': choose one of vanilla",
+        ),
     ],
 )
 def test_bad_configs_say_what_is_wrong(data: dict[str, object], message: str) -> None:
