@@ -25,7 +25,9 @@ from infra.tasks import Task, VerifierReward
 from schemas.enums import RolloutPhase
 
 
-class BackendName(StrEnum):
+class RolloutBackendName(StrEnum):
+    """The rollout backends, by registry name (``--backend``, ``rollouts.backend``)."""
+
     LOCAL = "local"  # bubblewrap sandboxes on this machine
     KUBERNETES = "kubernetes"  # one pod per rollout on a cluster
 

@@ -46,7 +46,7 @@ from infra.harnesses.base import Endpoint, Report, RolloutDirs
 from infra.kube import PodWatcher, WatchStats, api_client
 from infra.tasks import Task, VerifierReward
 from orchestrator import kube_status as status
-from orchestrator.backend import AgentEnd, BackendName, RolloutBackend, RolloutJob, Verified
+from orchestrator.backend import AgentEnd, RolloutBackend, RolloutBackendName, RolloutJob, Verified
 from orchestrator.kube_api import KubeApi
 from orchestrator.kube_objects import (
     EXPIRES,
@@ -103,7 +103,7 @@ class KubeOptions:
 class KubernetesBackend(RolloutBackend):
     """Rollouts as pods on a Kubernetes cluster (see the module docstring)."""
 
-    name = BackendName.KUBERNETES
+    name = RolloutBackendName.KUBERNETES
 
     def __init__(self, options: KubeOptions = KubeOptions(), api: Any = None) -> None:
         self.options = options

@@ -49,7 +49,7 @@ from infra.sandbox import (
 )
 from infra.tasks import Task
 from orchestrator import final_workspace
-from orchestrator.backend import AgentEnd, BackendName, RolloutBackend, Verified
+from orchestrator.backend import AgentEnd, RolloutBackend, RolloutBackendName, Verified
 from orchestrator.backend import RolloutJob as Job
 from orchestrator.verifier import LOGS, VERIFIER_PATH, limits, run_verifier
 from orchestrator.workspace import Prepared, lay_out, notes
@@ -64,7 +64,7 @@ log = logging.getLogger(__name__)
 class LocalBackend(RolloutBackend):
     """Rollouts in ``sandbox`` (bubblewrap) on this machine, reaching the proxy at ``proxy``."""
 
-    name = BackendName.LOCAL
+    name = RolloutBackendName.LOCAL
 
     def __init__(
         self,

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from orchestrator.backend import BackendName, RolloutBackend
+from orchestrator.backend import RolloutBackend, RolloutBackendName
 from orchestrator.kubernetes import KubernetesBackend
 from orchestrator.local import LocalBackend
 from schemas.registry import Registry
 
 ROLLOUT_BACKENDS: Registry[Callable[..., RolloutBackend]] = Registry("rollout backend")
-ROLLOUT_BACKENDS.add(BackendName.LOCAL, LocalBackend)
-ROLLOUT_BACKENDS.add(BackendName.KUBERNETES, KubernetesBackend.create)
+ROLLOUT_BACKENDS.add(RolloutBackendName.LOCAL, LocalBackend)
+ROLLOUT_BACKENDS.add(RolloutBackendName.KUBERNETES, KubernetesBackend.create)

@@ -35,7 +35,7 @@ from infra.harnesses import Harness
 from infra.proxy_client import ProxyAdmin
 from orchestrator.backend import AgentEnd, RolloutBackend, RolloutJob, Verified
 from orchestrator.plan import PlannedRollout
-from orchestrator.rundir import RolloutRecord, RunDir
+from orchestrator.rundir import RolloutOutcome, RunDir
 from schemas.enums import RolloutPhase
 from schemas.errors import InfrastructureError, OpenForgeError, ServiceError
 
@@ -115,16 +115,16 @@ class Orchestrator:
                 self._checked.add(p.task.id)
         return notes
 
-    def run(self, planned: Sequence[PlannedRollout]) -> list[RolloutRecord]:
-        """Run every planned rollout; returns one record per rollout (its last attempt)."""
+    def run(self, planned: Sequence[PlannedRollout]) -> list[RolloutOutcome]:
+        """Run every planned rollout; returns one outcome per rollout (its last attempt)."""
         self.check(planned)
         self._update(planned=len(planned), queued=len(planned))
         for p in planned:
             self._phase(p, p.rollout_id(1), RolloutPhase.QUEUED)
-        records: list[RolloutRecord] = []
+        outcomes: list[RolloutOutcome] = []
         pending = list(planned)
         with ThreadPoolExecutor(self.config.concurrency, thread_name_prefix="rollout") as pool:
-            running: set[Future[RolloutRecord]] = set()
+            running: set[Future[RolloutOutcome]] = set()
             try:
                 while pending or running:
                     while pending and len(running) < self.config.concurrency:
@@ -135,19 +135,19 @@ class Orchestrator:
                         break
                     done, running = wait(running, timeout=0.5, return_when=FIRST_COMPLETED)
                     for future in done:
-                        records.append(future.result())
+                        outcomes.append(future.result())
             except BaseException:  # Ctrl-C / SIGTERM in the main thread: stop everything
                 self.cancel()
                 for future in running:
-                    with contextlib.suppress(Exception):  # each one's record says how it ended
-                        records.append(future.result(timeout=60))
+                    with contextlib.suppress(Exception):  # each one's outcome says how it ended
+                        outcomes.append(future.result(timeout=60))
                 raise
             finally:
                 for p in pending:
                     self._update(queued=-1, cancelled=1)
-                    records.append(RolloutRecord.cancelled(p, p.rollout_id(1)))
-                self.run_dir.write_summary(records)
-        return records
+                    outcomes.append(RolloutOutcome.cancelled(p, p.rollout_id(1)))
+                self.run_dir.write_summary(outcomes)
+        return outcomes
 
     def _phase(
         self, p: PlannedRollout, rollout_id: str, phase: RolloutPhase, message: str | None = None
@@ -162,7 +162,7 @@ class Orchestrator:
             backend=self.backend.name,
         )
 
-    def _rollout(self, p: PlannedRollout) -> RolloutRecord:
+    def _rollout(self, p: PlannedRollout) -> RolloutOutcome:
         self._update(queued=-1, running=1)
         try:
             for attempt in range(1, self.config.max_attempts + 1):
@@ -172,23 +172,23 @@ class Orchestrator:
                     self._phase(p, rollout_id, RolloutPhase.QUEUED)
                 if self._cancelled.is_set():
                     self._update(cancelled=1)
-                    return RolloutRecord.cancelled(p, rollout_id)
+                    return RolloutOutcome.cancelled(p, rollout_id)
                 try:
-                    record = self._attempt(p, rollout_id, attempt)
+                    outcome = self._attempt(p, rollout_id, attempt)
                 except InfrastructureError as exc:
                     if self._cancelled.is_set():
                         self._update(cancelled=1)
-                        return RolloutRecord.cancelled(p, rollout_id)
+                        return RolloutOutcome.cancelled(p, rollout_id)
                     self._update(infra_failures=1)
                     self._record_infra_failure(p, rollout_id, str(exc))
                     if attempt == self.config.max_attempts:
                         self._update(gave_up=1)
-                        record = RolloutRecord.infra_failed(p, rollout_id, attempt, str(exc))
-                        self.run_dir.write_record(record)
-                        return record
+                        outcome = RolloutOutcome.infra_failed(p, rollout_id, attempt, str(exc))
+                        self.run_dir.write_outcome(outcome)
+                        return outcome
                     continue
                 self._update(done=1)
-                return record
+                return outcome
             raise AssertionError("unreachable")  # the loop returns on its last attempt
         finally:
             self._update(running=-1)
@@ -198,7 +198,7 @@ class Orchestrator:
         with contextlib.suppress(ServiceError):
             self._phase(p, rollout_id, RolloutPhase.INFRA_FAILED, message=why[:2000])
 
-    def _attempt(self, p: PlannedRollout, rollout_id: str, attempt: int) -> RolloutRecord:
+    def _attempt(self, p: PlannedRollout, rollout_id: str, attempt: int) -> RolloutOutcome:
         start = time.monotonic()
         try:
             reg = self.admin.register_rollout(
@@ -253,7 +253,7 @@ class Orchestrator:
 
     def _score(
         self, p: PlannedRollout, rollout_id: str, attempt: int, verified: Verified, start: float
-    ) -> RolloutRecord:
+    ) -> RolloutOutcome:
         reward = verified.reward
         assert reward.reward is not None  # the backend raises otherwise
         source = reward.source.name if reward.source else "verifier"
@@ -267,9 +267,10 @@ class Orchestrator:
         )
         with self._lock:
             self.counts.rewards.append(reward.reward)
-        record = RolloutRecord.verified(p, rollout_id, attempt, verified, time.monotonic() - start)
-        self.run_dir.write_record(record)
-        return record
+        wall_s = time.monotonic() - start
+        outcome = RolloutOutcome.verified(p, rollout_id, attempt, verified, wall_s)
+        self.run_dir.write_outcome(outcome)
+        return outcome
 
 
 def _tail(path: Path, limit: int = 4000) -> str | None:

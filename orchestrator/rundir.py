@@ -3,7 +3,7 @@
 OUT/rollouts/ROLLOUT/           one attempt (see orchestrator.local for what is inside:
                                 workspace, home, logs/agent, logs/verifier with the
                                 verifier's reward.txt / reward.json as written, outputs)
-OUT/rollouts/ROLLOUT/result.json    how it ended and its reward
+OUT/rollouts/ROLLOUT/result.json    how it ended and its reward (a :class:`RolloutOutcome`)
 OUT/summary.json, summary.csv   one row per rollout (its last attempt)
 """
 
@@ -18,16 +18,27 @@ from pathlib import Path
 
 from orchestrator.backend import Verified
 from orchestrator.plan import PlannedRollout
+from schemas.enums import RolloutPhase
 
 
 class Status(StrEnum):
-    VERIFIED = "verified"  # the agent ran (in whatever way it ended) and the verifier scored it
-    INFRA_FAILED = "infra_failed"  # every attempt failed for infrastructure reasons
-    CANCELLED = "cancelled"
+    """How the orchestrator's work on a rollout ended: the outcome of its last attempt.
+
+    Not a :class:`~schemas.enums.RolloutPhase`, which is one step of one attempt's lifecycle in
+    the event log: a status sums up a rollout over its attempts. Where the two meet they are one
+    word: ``verified`` and ``infra_failed`` are the last phase the event log has for that attempt.
+    ``cancelled`` has no phase: a cancelled rollout's events stop wherever it was cancelled.
+    """
+
+    VERIFIED = RolloutPhase.VERIFIED.value  # the agent ran (however it ended), then was scored
+    INFRA_FAILED = RolloutPhase.INFRA_FAILED.value  # every attempt failed, none by the agent
+    CANCELLED = "cancelled"  # the run was cancelled (or stopped) before it was verified
 
 
 @dataclass(frozen=True)
-class RolloutRecord:
+class RolloutOutcome:
+    """How one rollout of a run ended (its last attempt): its ``result.json``, its summary row."""
+
     rollout_id: str
     task_id: str
     group_id: str
@@ -46,7 +57,7 @@ class RolloutRecord:
     @classmethod
     def verified(
         cls, p: PlannedRollout, rollout_id: str, attempt: int, v: Verified, wall_s: float
-    ) -> RolloutRecord:
+    ) -> RolloutOutcome:
         return cls(
             rollout_id,
             p.task.id,
@@ -67,13 +78,13 @@ class RolloutRecord:
     @classmethod
     def infra_failed(
         cls, p: PlannedRollout, rollout_id: str, attempt: int, why: str
-    ) -> RolloutRecord:
+    ) -> RolloutOutcome:
         return cls(
             rollout_id, p.task.id, p.group_id, p.sample, attempt, Status.INFRA_FAILED, message=why
         )
 
     @classmethod
-    def cancelled(cls, p: PlannedRollout, rollout_id: str) -> RolloutRecord:
+    def cancelled(cls, p: PlannedRollout, rollout_id: str) -> RolloutOutcome:
         return cls(rollout_id, p.task.id, p.group_id, p.sample, 0, Status.CANCELLED)
 
 
@@ -87,15 +98,15 @@ class RunDir:
     def rollout_root(self, rollout_id: str) -> Path:
         return self.root / "rollouts" / rollout_id
 
-    def write_record(self, record: RolloutRecord) -> None:
-        path = self.rollout_root(record.rollout_id)
+    def write_outcome(self, outcome: RolloutOutcome) -> None:
+        path = self.rollout_root(outcome.rollout_id)
         path.mkdir(parents=True, exist_ok=True)
-        (path / "result.json").write_text(json.dumps(asdict(record), indent=2) + "\n")
+        (path / "result.json").write_text(json.dumps(asdict(outcome), indent=2) + "\n")
 
-    def write_summary(self, records: Sequence[RolloutRecord]) -> None:
-        rows = sorted((asdict(r) for r in records), key=lambda r: r["rollout_id"])
+    def write_summary(self, outcomes: Sequence[RolloutOutcome]) -> None:
+        rows = sorted((asdict(r) for r in outcomes), key=lambda r: r["rollout_id"])
         (self.root / "summary.json").write_text(json.dumps(rows, indent=2) + "\n")
-        fields = [f for f in RolloutRecord.__dataclass_fields__ if f != "components"]
+        fields = [f for f in RolloutOutcome.__dataclass_fields__ if f != "components"]
         with open(self.root / "summary.csv", "w", newline="") as f:
             writer = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
             writer.writeheader()

@@ -90,7 +90,7 @@ def run(
     from infra.sandbox import ProxyEndpoint, sandbox
     from infra.tasks import load_dataset
     from openforge.stack import SANDBOX_PROXY_PORT, local_stack
-    from orchestrator.backend import BackendName, RolloutBackend
+    from orchestrator.backend import RolloutBackend, RolloutBackendName
     from orchestrator.kube_pod import PodSettings
     from orchestrator.plan import plan
     from orchestrator.progress import live_progress, summary_table
@@ -109,7 +109,7 @@ def run(
     out.mkdir(parents=True, exist_ok=True)
 
     def make_backend(admin: ProxyAdmin, endpoint: ProxyEndpoint) -> RolloutBackend:
-        if backend == BackendName.KUBERNETES:
+        if backend == RolloutBackendName.KUBERNETES:
             settings = PodSettings(
                 namespace=kube_namespace,
                 proxy_url=kube_proxy_url or admin.url,
@@ -164,7 +164,7 @@ def run(
         )
 
     if proxy is not None:
-        if proxy_socket is None and backend != BackendName.KUBERNETES:
+        if proxy_socket is None and backend != RolloutBackendName.KUBERNETES:
             raise ConfigError("--proxy needs --proxy-socket (the proxy's --uds) for sandboxes")
         # Pods reach the proxy over the network (--kube-proxy-url), not through its socket.
         socket = proxy_socket or Path("/nonexistent")

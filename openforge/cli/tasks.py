@@ -64,9 +64,9 @@ def check(
             orch = Orchestrator(
                 backend, Oracle(), stack.admin, RunDir(out), OrchestratorConfig(max_attempts=1)
             )
-            for record in orch.run(plan(runnable, 1, run_id=out.name)):
-                rows[record.task_id][2] = (
-                    f"{record.reward:.3f}" if record.reward is not None else record.status.value
+            for outcome in orch.run(plan(runnable, 1, run_id=out.name)):
+                rows[outcome.task_id][2] = (
+                    f"{outcome.reward:.3f}" if outcome.reward is not None else outcome.status.value
                 )
     table = Table("task", "local backend", "notes / why not", "oracle reward")
     for name, (ok, why, reward) in sorted(rows.items()):

@@ -15,7 +15,7 @@ from openforge.testing.proxy import RunningProxy, proxy_config, running_proxy
 from orchestrator.local import LocalBackend
 from orchestrator.plan import plan
 from orchestrator.run import Orchestrator, OrchestratorConfig
-from orchestrator.rundir import RolloutRecord, RunDir
+from orchestrator.rundir import RolloutOutcome, RunDir
 
 # The task fixtures' own verifier tests (run inside sandboxes), not tests of this suite.
 collect_ignore_glob = ["data/*"]
@@ -31,7 +31,7 @@ class Job:
     orchestrator: Orchestrator
     out: Path
 
-    def run(self, tasks: Sequence[Task], n: int = 1) -> list[RolloutRecord]:
+    def run(self, tasks: Sequence[Task], n: int = 1) -> list[RolloutOutcome]:
         return self.orchestrator.run(plan(tasks, n, run_id=self.out.name))
 
 
