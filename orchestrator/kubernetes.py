@@ -46,7 +46,15 @@ from infra.harnesses.base import Endpoint, Report, RolloutDirs
 from infra.kube import PodWatcher, WatchStats, api_client
 from infra.tasks import Task, VerifierReward
 from orchestrator import kube_status as status
-from orchestrator.backend import AgentEnd, RolloutBackend, RolloutBackendName, RolloutJob, Verified
+from orchestrator.backend import (
+    AgentEnd,
+    RolloutBackend,
+    RolloutBackendName,
+    RolloutJob,
+    RunProxy,
+    Verified,
+    require_solution,
+)
 from orchestrator.kube_api import KubeApi
 from orchestrator.kube_objects import (
     EXPIRES,
@@ -123,10 +131,10 @@ class KubernetesBackend(RolloutBackend):
         self._last_stats = WatchStats()
 
     @classmethod
-    def create(cls, sandbox: Any = None, proxy: Any = None, **options: Any) -> KubernetesBackend:
-        """The registry's factory: ``sandbox`` and the local ``proxy`` endpoint are not used
-        (pods reach the proxy at ``options['pod'].proxy_url``)."""
-        return cls(KubeOptions(**options))
+    def from_config(cls, config: KubeOptions, proxy: RunProxy) -> KubernetesBackend:
+        """Pods reach the proxy at ``config.pod.proxy_url``, the cluster's view of it (a
+        Service), not at this machine's URL or socket in ``proxy``."""
+        return cls(config)
 
     @property
     def api_calls(self) -> int:
@@ -191,7 +199,7 @@ class KubernetesBackend(RolloutBackend):
                                   propagation_policy="Background")  # fmt: skip
 
     def _task(self, task: Task, harness: Harness, owner: dict[str, Any]) -> TaskObjects:
-        key = (task.id, harness.name == "oracle")
+        key = (task.id, harness.capabilities.runs_solution)
         with self._lock:
             if key in self._tasks:
                 return self._tasks[key]
@@ -214,17 +222,20 @@ class KubernetesBackend(RolloutBackend):
         return made
 
     # -- the interface ----------------------------------------------------------------------
+    def preflight(self, harness: Harness) -> None:
+        """The cluster (the run's objects and the watch: credentials and permissions), and
+        the harness's install, whose command the pods run."""
+        self.prepare()
+        harness.executable()
+
     def check(self, task: Task, harness: Harness) -> list[str]:
-        if harness.name == "oracle" and task.solution_dir is None:
-            raise ConfigError(
-                f"task {task.id} has no solution/solve.sh for the oracle: add one or pick "
-                "another harness"
-            )
+        require_solution(task, harness)
         try:
             plan = image_plan(task)
             task_objects(
                 task, plan, self.ns, self.labels,
                 {"apiVersion": "v1", "kind": "ConfigMap", "name": "x", "uid": "x"},
+                solution=harness.capabilities.runs_solution,
             )  # fmt: skip
         except TaskError as exc:
             raise ConfigError(str(exc)) from exc
@@ -302,8 +313,8 @@ class KubernetesBackend(RolloutBackend):
         terminated = self.pods.wait(
             name, state, lambda pod: status.terminated(pod, "agent", init=True)
         )
-        # A harness that calls no model has nothing to report: no call for its log.
-        wants_report = job.harness.dialect is not None and status.agent_ran(terminated)
+        # A harness that calls no model has no report worth a log read per pod.
+        wants_report = job.harness.capabilities.calls_model and status.agent_ran(terminated)
         report = self._agent_report(name, job.harness) if wants_report else None
         return status.agent_end(terminated, job.task.agent.timeout_sec, report)
 

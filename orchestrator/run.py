@@ -33,6 +33,7 @@ from pathlib import Path
 
 from infra.harnesses import Harness
 from infra.proxy_client import ProxyAdmin
+from infra.tasks import Task
 from orchestrator.backend import AgentEnd, RolloutBackend, RolloutJob, Verified
 from orchestrator.plan import PlannedRollout
 from orchestrator.rundir import RolloutOutcome, RunDir
@@ -92,6 +93,7 @@ class Orchestrator:
         self._on_change = on_change or (lambda counts: None)
         self._lock = threading.Lock()
         self._cancelled = threading.Event()
+        self._preflight_passed = False
         self._checked: set[str] = set()  # task ids the backend accepted
 
     def _update(self, **deltas: int) -> None:
@@ -105,19 +107,24 @@ class Orchestrator:
         self._cancelled.set()
         self.backend.cancel()
 
-    def check(self, planned: Sequence[PlannedRollout]) -> list[str]:
-        """Refuse (ConfigError) what the backend cannot run, before anything starts; returns the
-        backend's notes for the run's log (how each task's environment is provided)."""
+    def check(self, tasks: Sequence[Task]) -> list[str]:
+        """Before anything starts: the backend's preflight for the harness (SetupError or
+        ConfigError, saying the fix), then each of ``tasks`` the backend has not accepted yet
+        (ConfigError, saying where it can run). Returns the backend's notes for the run's log
+        (how each task's environment is provided). :meth:`run` calls it too."""
+        if not self._preflight_passed:
+            self.backend.preflight(self.harness)
+            self._preflight_passed = True
         notes: list[str] = []
-        for p in planned:
-            if p.task.id not in self._checked:  # each task once, also across check() and run()
-                notes += self.backend.check(p.task, self.harness)
-                self._checked.add(p.task.id)
+        for task in tasks:
+            if task.id not in self._checked:  # each task once, also across check() and run()
+                notes += self.backend.check(task, self.harness)
+                self._checked.add(task.id)
         return notes
 
     def run(self, planned: Sequence[PlannedRollout]) -> list[RolloutOutcome]:
         """Run every planned rollout; returns one outcome per rollout (its last attempt)."""
-        self.check(planned)
+        self.check([p.task for p in planned])
         self._update(planned=len(planned), queued=len(planned))
         for p in planned:
             self._phase(p, p.rollout_id(1), RolloutPhase.QUEUED)
@@ -263,7 +270,7 @@ class Orchestrator:
             reward.reward,
             components=dict(reward.components),
             verifier=f"{p.task.id}@{p.task.version}",
-            verifier_output=_tail(self.run_dir.rollout_root(rollout_id) / "verifier.out"),
+            verifier_output=verified.verifier_output,
         )
         with self._lock:
             self.counts.rewards.append(reward.reward)
@@ -271,11 +278,3 @@ class Orchestrator:
         outcome = RolloutOutcome.verified(p, rollout_id, attempt, verified, wall_s)
         self.run_dir.write_outcome(outcome)
         return outcome
-
-
-def _tail(path: Path, limit: int = 4000) -> str | None:
-    try:
-        text = path.read_text(errors="replace")
-    except OSError:
-        return None
-    return text[-limit:] or None

@@ -10,11 +10,13 @@ OUT/summary.json, summary.csv   one row per rollout (its last attempt)
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from pathlib import Path
+from typing import Any
 
 from orchestrator.backend import Verified
 from orchestrator.plan import PlannedRollout
@@ -87,6 +89,13 @@ class RolloutOutcome:
     def cancelled(cls, p: PlannedRollout, rollout_id: str) -> RolloutOutcome:
         return cls(rollout_id, p.task.id, p.group_id, p.sample, 0, Status.CANCELLED)
 
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> RolloutOutcome:
+        """The outcome a ``result.json`` holds (keys of other versions are left out)."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        values = {k: v for k, v in data.items() if k in names}
+        return cls(**{**values, "status": Status(values["status"])})
+
 
 class RunDir:
     """The directory ``root`` of one orchestrator job."""
@@ -102,6 +111,12 @@ class RunDir:
         path = self.rollout_root(outcome.rollout_id)
         path.mkdir(parents=True, exist_ok=True)
         (path / "result.json").write_text(json.dumps(asdict(outcome), indent=2) + "\n")
+
+    def outcomes(self, prefix: str = "") -> list[RolloutOutcome]:
+        """The ``result.json`` outcomes written so far (a rollout's last attempt, once verified
+        or given up) whose rollout id starts with ``prefix``, by rollout id."""
+        paths = sorted((self.root / "rollouts").glob(f"{prefix}*/result.json"))
+        return [RolloutOutcome.from_json(json.loads(p.read_text())) for p in paths]
 
     def write_summary(self, outcomes: Sequence[RolloutOutcome]) -> None:
         rows = sorted((asdict(r) for r in outcomes), key=lambda r: r["rollout_id"])

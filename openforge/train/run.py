@@ -39,15 +39,16 @@ from infra import paths
 from infra.harnesses import Agent, Harness, harness
 from infra.local.process import ServiceProcess
 from infra.local.vllm import VLLMServer
-from infra.sandbox import ProxyEndpoint, sandbox
+from infra.sandbox import ProxyEndpoint
 from infra.tasks import Task, load_dataset
 from openforge.stack import SANDBOX_PROXY_PORT, proxy_process
 from openforge.train.config import TrainConfig
 from openforge.train.driver import EvalLog, Pacing, RolloutDriver
 from openforge.train.warmstart import warm_start
-from orchestrator.registry import ROLLOUT_BACKENDS
+from orchestrator.backend import RunProxy
+from orchestrator.registry import RolloutBackendConfig, build_backend
 from orchestrator.run import Orchestrator, OrchestratorConfig
-from orchestrator.rundir import RunDir
+from orchestrator.rundir import RunDir, Status
 from schemas.errors import ConfigError, ServiceError
 
 POLICY = "policy"  # the model name harnesses ask for
@@ -220,8 +221,8 @@ class TrainingRun:
             pipeline = ServiceProcess("pipeline", pipeline_argv, self.root / "pipeline.log")
             pipeline.start()
             stack.callback(pipeline.stop)
-            endpoint = ProxyEndpoint(socket, SANDBOX_PROXY_PORT)
-            backend = ROLLOUT_BACKENDS.get(cfg.rollouts.backend)(sandbox(), endpoint)
+            run_proxy = RunProxy(admin.url, ProxyEndpoint(socket, SANDBOX_PROXY_PORT))
+            backend = build_backend(RolloutBackendConfig(name=cfg.rollouts.backend), run_proxy)
             stack.callback(backend.close)
             orch_cfg = OrchestratorConfig(
                 concurrency=cfg.rollouts.concurrency,
@@ -234,9 +235,7 @@ class TrainingRun:
             self.eval_orch = Orchestrator(
                 backend, chosen, admin, RunDir(self.root / "eval"), orch_cfg
             )
-            for note, n in _collapse(
-                self.train_orch.check([*_probe(train_tasks), *_probe(heldout)])
-            ):
+            for note, n in _collapse(self.train_orch.check([*train_tasks, *heldout])):
                 self.say(f"note ({n} tasks): {note}" if n > 1 else f"note: {note}")
             per_step = min(cfg.tasks.per_step, len(train_tasks))
             self.driver = RolloutDriver(
@@ -285,10 +284,10 @@ class TrainingRun:
         from schemas.episode import Episode
 
         wanted = {
-            path.parent.name
+            outcome.rollout_id
             for sub in ("rollouts", "eval")
-            for path in (self.root / sub / "rollouts").glob(f"{self.tag}-*/result.json")
-            if json.loads(path.read_text()).get("status") == "verified"
+            for outcome in RunDir(self.root / sub).outcomes(prefix=f"{self.tag}-")
+            if outcome.status is Status.VERIFIED
         }
         deadline = time.monotonic() + timeout
         with open_reader(log_url, [EPISODES_TOPIC], f"openforge-train-drain-{self.tag}") as reader:
@@ -371,13 +370,6 @@ class TrainingRun:
                 archive=self.root / "archive",
             )
         )
-
-
-def _probe(tasks: list[Task]) -> list[Any]:
-    """One planned rollout per task: what the backend checks before anything runs."""
-    from orchestrator.plan import plan
-
-    return plan(tasks, 1, "check") if tasks else []
 
 
 def _collapse(notes: list[str]) -> list[tuple[str, int]]:

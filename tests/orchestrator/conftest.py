@@ -9,11 +9,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from infra.harnesses import Harness
-from infra.sandbox import BubblewrapSandbox, ProxyEndpoint
+from infra.sandbox import ProxyEndpoint
 from infra.tasks import Task
 from openforge.testing.proxy import RunningProxy, proxy_config, running_proxy
-from orchestrator.local import LocalBackend
+from orchestrator.backend import RunProxy
+from orchestrator.local import LocalConfig
 from orchestrator.plan import plan
+from orchestrator.registry import RolloutBackendConfig, build_backend
 from orchestrator.run import Orchestrator, OrchestratorConfig
 from orchestrator.rundir import RolloutOutcome, RunDir
 
@@ -43,13 +45,16 @@ def job(
     upstream: str = NO_UPSTREAM,
     concurrency: int = 4,
     max_attempts: int = 1,
+    local: LocalConfig | None = None,
 ) -> Iterator[Job]:
-    """A proxy on ``upstream`` and an orchestrator of ``harness`` on the local backend."""
+    """A proxy on ``upstream`` and an orchestrator of ``harness`` on the local backend (built
+    from its config section ``local``, as the command line builds it)."""
     kw = {} if upstream != NO_UPSTREAM else {"max_model_len": 4096, "upstream_model": "tiny"}
     config = proxy_config(upstream, tmp / "proxy", tokenizer=tiny_model_dir, **kw)
     with running_proxy(config, unix_socket=tmp / "proxy" / "proxy.sock") as proxy:
         assert proxy.unix_socket is not None
-        backend = LocalBackend(BubblewrapSandbox(), ProxyEndpoint(proxy.unix_socket, 8100))
+        run_proxy = RunProxy(proxy.url, ProxyEndpoint(proxy.unix_socket, 8100))
+        backend = build_backend(RolloutBackendConfig(local=local or LocalConfig()), run_proxy)
         orchestrator = Orchestrator(
             backend,
             harness,

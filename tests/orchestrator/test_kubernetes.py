@@ -263,7 +263,7 @@ def test_a_task_the_backend_cannot_lay_out_is_refused_before_anything_starts(
     )
     with kube_job(tmp_path / "j", local_kube, core, NoOp(), tiny_model_dir) as job:
         with pytest.raises(ConfigError, match="does not build images"):
-            job.orchestrator.check(plan([load_task(pip.path)], 1, run_id="r"))
+            job.orchestrator.check([load_task(pip.path)])
         assert job.pods() == []
 
 

@@ -15,13 +15,14 @@ from infra.harnesses.base import Endpoint, Invocation, RolloutDirs
 from infra.local.process import processes_of
 from infra.tasks import load_dataset, load_task
 from openforge.testing.proxy import read_events
+from orchestrator.local import LocalConfig
 from orchestrator.plan import plan
 from orchestrator.rundir import Status
 from pipeline.jobs import Outputs, run_streaming
 from schemas.archive import read_archive
 from schemas.enums import RolloutPhase
 from schemas.episode import Episode
-from schemas.errors import ConfigError
+from schemas.errors import ConfigError, SetupError
 from schemas.rollout import RolloutEvent
 from tests.orchestrator.conftest import EXAMPLES, job
 
@@ -82,6 +83,21 @@ def test_an_infrastructure_failure_is_retried_counted_and_dead_lettered(
     assert all((d.dead_letter or "").startswith("infrastructure failure: ") for d in dead)
 
 
+def test_a_missing_sandbox_tool_fails_the_run_once_before_any_rollout(
+    tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    task = load_task(_task(tmp_path / "t", "#!/bin/bash\necho 1 > /logs/verifier/reward.txt\n"))
+    missing = tmp_path / "no-such-bwrap"
+    local = LocalConfig(bwrap=missing)
+    with job(tmp_path / "job", NoOp(), tiny_model_dir, max_attempts=3, local=local) as j:
+        with pytest.raises(SetupError, match=f"bubblewrap not found at {missing}.*scripts/setup"):
+            j.run([task], n=4)
+        counts = j.orchestrator.counts
+        assert read_events(j.proxy.config.log_url, want=1, timeout=2) == []  # nothing queued
+    assert (counts.planned, counts.infra_failures, counts.gave_up) == (0, 0, 0)
+    assert list((j.out / "rollouts").iterdir()) == []
+
+
 class Sleeper(NoOp):
     """An agent that never finishes on its own (and starts a background process too)."""
 
@@ -117,8 +133,9 @@ def test_cancellation_mid_run_leaves_nothing_running(tiny_model_dir: Path, tmp_p
 def test_the_local_backend_refuses_what_it_cannot_provide(tmp_path: Path) -> None:
     from infra.harnesses import Oracle
     from infra.sandbox import BubblewrapSandbox, ProxyEndpoint
+    from orchestrator.backend import RolloutBackendName, RunProxy
     from orchestrator.local import LocalBackend
-    from orchestrator.registry import ROLLOUT_BACKENDS
+    from orchestrator.registry import ROLLOUT_BACKENDS, RolloutBackendConfig, build_backend
 
     root = _task(tmp_path / "imaged", "#!/bin/bash\n")
     toml = root / "task.toml"
@@ -132,3 +149,12 @@ def test_the_local_backend_refuses_what_it_cannot_provide(tmp_path: Path) -> Non
         ConfigError, match="unknown rollout backend 'k8s': choose one of kubernetes, local"
     ):
         ROLLOUT_BACKENDS.get("k8s")
+    with pytest.raises(ConfigError, match="unknown rollout backend 'k8s': choose one of"):
+        RolloutBackendConfig(name="k8s")  # type: ignore[arg-type]
+    # Every backend is registered and has its own config section, named as it is.
+    assert ROLLOUT_BACKENDS.names() == sorted(RolloutBackendName)
+    sections = [RolloutBackendConfig(name=n).section() for n in RolloutBackendName]
+    assert len({type(s) for s in sections}) == len(RolloutBackendName)
+    # Sandboxes reach the proxy through its socket only: a proxy without one is refused.
+    with pytest.raises(ConfigError, match="--proxy-socket"):
+        build_backend(RolloutBackendConfig(), RunProxy("http://127.0.0.1:8100"))
