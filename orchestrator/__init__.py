@@ -10,8 +10,8 @@ scored by the task's verifier, with lifecycle and reward events through the prox
   (:mod:`~orchestrator.kube_pod`), the run's other objects (:mod:`~orchestrator.kube_objects`),
   its API calls (:mod:`~orchestrator.kube_api`), waiting on pods
   (:mod:`~orchestrator.kube_wait`) and reading pod status (:mod:`~orchestrator.kube_status`);
-- :mod:`orchestrator.run`: concurrency, keys, retries of infrastructure failures, events,
-  cancellation;
+- :mod:`orchestrator.run`: concurrency, keys, retries of infrastructure failures (and nothing
+  else), events, cancellation;
 - :mod:`orchestrator.rundir`: the run directory and the summary;
 - :mod:`orchestrator.progress`: the live progress display.
 """

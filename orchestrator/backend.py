@@ -21,7 +21,9 @@ over each):
 - :meth:`~RolloutBackend.run` reports the agent's end through ``on_agent_end`` as soon as it is
   known (so the proxy can close the rollout before the verifier runs) and returns
   :class:`Verified`, which holds everything the orchestrator records of the rollout. It raises
-  :class:`~schemas.errors.InfrastructureError` for anything that is not the agent's doing;
+  :class:`~schemas.errors.InfrastructureError` for a failure that is not the agent's doing and
+  may not recur on another attempt (a sandbox or pod that did not start, a verifier that gave no
+  reward), and SetupError or ConfigError for one that every attempt would meet;
 - :meth:`~RolloutBackend.cancel` stops every rollout running now (from another thread).
 """
 

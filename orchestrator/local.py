@@ -64,7 +64,7 @@ from orchestrator.backend import RolloutJob as Job
 from orchestrator.verifier import LOGS, VERIFIER_PATH, limits, run_verifier
 from orchestrator.workspace import Prepared, lay_out, notes
 from schemas.enums import RolloutPhase
-from schemas.errors import ConfigError, InfrastructureError, SetupError
+from schemas.errors import ConfigError, InfrastructureError, SandboxError, SetupError
 
 SOLUTION = "/solution"
 OUTPUT_TAIL = 4000  # characters of the verifier's output kept with its reward
@@ -153,11 +153,18 @@ class LocalBackend(RolloutBackend):
         return said + notes(task)  # a refused Dockerfile line raises here, before any start
 
     def run(self, job: Job, on_agent_end: Callable[[AgentEnd], None]) -> Verified:
+        try:
+            return self._run(job, on_agent_end)
+        except SandboxError as exc:  # set-up or clean-up of one sandbox: a new one may work
+            raise InfrastructureError(f"the sandbox failed: {exc}") from exc
+
+    def _run(self, job: Job, on_agent_end: Callable[[AgentEnd], None]) -> Verified:
         task = job.task
         if self._cancelled.is_set():
             raise InfrastructureError("cancelled")
         try:
             prepared = lay_out(task, job.root)
+        # SetupError: building the task's pip environment failed (its index may be back later).
         except (OSError, SetupError) as exc:
             raise InfrastructureError(f"cannot lay out the workspace: {exc}") from exc
         dirs, workdir = prepared.dirs, prepared.workdir

@@ -14,11 +14,22 @@ Per rollout (one attempt):
    verifier's components) are recorded with the admin credential, which only the orchestrator
    holds.
 
-An infrastructure failure (the sandbox did not start, the proxy was unreachable, the verifier
-crashed or wrote no reward) is recorded as ``infra_failed`` and retried as a new rollout id
-(``-a2``, ``-a3``), with exponential backoff, up to ``max_attempts``; each is counted. An agent
-failure is the agent's result and is never retried. Ctrl-C or SIGTERM (:meth:`Orchestrator.cancel`)
-stops new starts, kills every running sandbox and returns what finished.
+Errors are told apart once, by what another attempt could change:
+
+- an infrastructure failure (:class:`~schemas.errors.InfrastructureError`: the sandbox did not
+  start, the verifier crashed or wrote no reward; or the proxy could not register the rollout or
+  failed mid-rollout) is recorded as ``infra_failed`` and retried as a new attempt, a new rollout
+  id (``-a2``, ``-a3``), with exponential backoff, up to ``max_attempts``; each is counted;
+- any other error of ours, a set-up or config error above all (:class:`~schemas.errors.SetupError`
+  or :class:`~schemas.errors.ConfigError`: a missing tool, a harness that is not installed, a
+  task the backend cannot lay out), would fail every attempt of every rollout:
+  :meth:`Orchestrator.check` raises it before the first rollout where it can be seen; met during
+  a rollout, it is recorded on that attempt (``infra_failed``), the other rollouts are cancelled
+  and the run raises it, once;
+- an agent failure is the agent's result and is never retried.
+
+Ctrl-C or SIGTERM (:meth:`Orchestrator.cancel`) stops new starts, kills every running sandbox and
+returns what finished.
 """
 
 from __future__ import annotations
@@ -95,6 +106,7 @@ class Orchestrator:
         self._cancelled = threading.Event()
         self._preflight_passed = False
         self._checked: set[str] = set()  # task ids the backend accepted
+        self._stopped: list[RolloutOutcome] = []  # this run's rollouts a set-up error ended
 
     def _update(self, **deltas: int) -> None:
         with self._lock:
@@ -123,8 +135,10 @@ class Orchestrator:
         return notes
 
     def run(self, planned: Sequence[PlannedRollout]) -> list[RolloutOutcome]:
-        """Run every planned rollout; returns one outcome per rollout (its last attempt)."""
+        """Run every planned rollout; returns one outcome per rollout (its last attempt). Raises
+        a set-up or config error once, the first that a rollout met, after stopping the rest."""
         self.check([p.task for p in planned])
+        self._stopped.clear()
         self._update(planned=len(planned), queued=len(planned))
         for p in planned:
             self._phase(p, p.rollout_id(1), RolloutPhase.QUEUED)
@@ -143,7 +157,7 @@ class Orchestrator:
                     done, running = wait(running, timeout=0.5, return_when=FIRST_COMPLETED)
                     for future in done:
                         outcomes.append(future.result())
-            except BaseException:  # Ctrl-C / SIGTERM in the main thread: stop everything
+            except BaseException:  # Ctrl-C / SIGTERM, or an error no attempt passes: stop all
                 self.cancel()
                 for future in running:
                     with contextlib.suppress(Exception):  # each one's outcome says how it ended
@@ -153,7 +167,7 @@ class Orchestrator:
                 for p in pending:
                     self._update(queued=-1, cancelled=1)
                     outcomes.append(RolloutOutcome.cancelled(p, p.rollout_id(1)))
-                self.run_dir.write_summary(outcomes)
+                self.run_dir.write_summary([*outcomes, *self._stopped])
         return outcomes
 
     def _phase(
@@ -194,11 +208,22 @@ class Orchestrator:
                         self.run_dir.write_outcome(outcome)
                         return outcome
                     continue
+                except OpenForgeError as exc:  # e.g. set-up or config: every attempt would fail
+                    self._stop(p, rollout_id, attempt, exc)
+                    raise
                 self._update(done=1)
                 return outcome
             raise AssertionError("unreachable")  # the loop returns on its last attempt
         finally:
             self._update(running=-1)
+
+    def _stop(self, p: PlannedRollout, rollout_id: str, attempt: int, exc: Exception) -> None:
+        """Record the attempt that met an error no attempt can pass; the caller raises it."""
+        self._record_infra_failure(p, rollout_id, str(exc))
+        outcome = RolloutOutcome.infra_failed(p, rollout_id, attempt, str(exc))
+        self.run_dir.write_outcome(outcome)
+        with self._lock:
+            self._stopped.append(outcome)
 
     def _record_infra_failure(self, p: PlannedRollout, rollout_id: str, why: str) -> None:
         # If the proxy itself is what failed, the run directory still says so.
@@ -244,12 +269,8 @@ class Orchestrator:
 
         try:
             verified = self.backend.run(job, on_agent_end)
-        except InfrastructureError:
-            raise
-        except ServiceError as exc:
+        except ServiceError as exc:  # a restarted proxy worker forgot the rollout: a new one
             raise InfrastructureError(f"the proxy failed mid-rollout: {exc}") from exc
-        except OpenForgeError as exc:
-            raise InfrastructureError(str(exc)) from exc
         finally:
             if not ended:  # never got to the agent's end: close the rollout at the proxy
                 with contextlib.suppress(ServiceError):

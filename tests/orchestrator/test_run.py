@@ -3,6 +3,7 @@ cancellation that leaves nothing running. Real sandboxes, real proxy, real event
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 import time
@@ -13,6 +14,7 @@ import pytest
 from infra.harnesses import NoOp
 from infra.harnesses.base import Endpoint, Invocation, RolloutDirs
 from infra.local.process import processes_of
+from infra.sandbox.bubblewrap import bwrap_binary
 from infra.tasks import load_dataset, load_task
 from openforge.testing.proxy import read_events
 from orchestrator.local import LocalConfig
@@ -96,6 +98,34 @@ def test_a_missing_sandbox_tool_fails_the_run_once_before_any_rollout(
         assert read_events(j.proxy.config.log_url, want=1, timeout=2) == []  # nothing queued
     assert (counts.planned, counts.infra_failures, counts.gave_up) == (0, 0, 0)
     assert list((j.out / "rollouts").iterdir()) == []
+
+
+def test_a_set_up_error_met_mid_run_stops_the_run_without_retries(
+    tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    task = load_task(_task(tmp_path / "t", "#!/bin/bash\necho 1 > /logs/verifier/reward.txt\n"))
+    bwrap = tmp_path / "bwrap"
+    bwrap.symlink_to(bwrap_binary())
+    local = LocalConfig(bwrap=bwrap)
+    with job(
+        tmp_path / "job", NoOp(), tiny_model_dir, concurrency=1, max_attempts=3, local=local
+    ) as j:
+        j.orchestrator.check([task])  # bubblewrap is there: the preflight passes
+        bwrap.unlink()  # ... and then it is gone
+        with pytest.raises(SetupError, match="bubblewrap not found"):
+            j.run([task], n=2)
+        j.proxy.flush()
+        events = [e for e in read_events(j.proxy.config.log_url) if isinstance(e, RolloutEvent)]
+        counts = j.orchestrator.counts
+    first, second = (p.rollout_id(1) for p in plan([task], 2, run_id=j.out.name))
+    assert (counts.infra_failures, counts.gave_up, counts.cancelled) == (0, 0, 1)
+    assert [p.name for p in (j.out / "rollouts").iterdir()] == [first]  # one attempt, no -a2
+    summary = {r["rollout_id"]: r for r in json.loads((j.out / "summary.json").read_text())}
+    assert summary[first]["status"] == "infra_failed" and summary[first]["attempt"] == 1
+    assert "bubblewrap not found" in summary[first]["message"]
+    assert summary[second]["status"] == "cancelled"
+    assert [e.phase for e in events if e.rollout_id == first][-1] is RolloutPhase.INFRA_FAILED
+    assert [e.phase for e in events if e.rollout_id == second] == [RolloutPhase.QUEUED]
 
 
 class Sleeper(NoOp):
