@@ -1,14 +1,30 @@
 """The rollout-backend interface: play one rollout (the agent, then the verifier) somewhere.
 
 The orchestrator owns everything around a rollout (its key, its events, retries, concurrency);
-a backend only runs it: lays out the task's environment, runs the harness with the proxy as its
-only way out, stops everything it started, then runs the task's verifier in a fresh sandbox over
-the final workspace with the tests mounted for the verifier alone, and reads the reward.
+a backend only runs it: lays out the task's environment, runs the harness with what the harness
+declares it needs (:class:`~infra.harnesses.Capabilities`: the proxy as its only way out or no
+network at all, the task's solution), stops everything it started, then runs the task's verifier
+in a fresh sandbox over the final workspace with the tests mounted for the verifier alone, and
+reads the reward.
 
-Contract: :meth:`RolloutBackend.run` reports the agent's end through ``on_agent_end`` as soon as
-it is known (so the proxy can close the rollout before the verifier runs), returns the verified
-outcome, and raises :class:`~schemas.errors.InfrastructureError` for anything that is not the
-agent's doing. :meth:`cancel` stops every rollout running now (from another thread).
+Contract of every backend (``tests/orchestrator/test_backend_contract.py`` runs the same cases
+over each):
+
+- it is built from its own config section and the run's proxy:
+  :meth:`RolloutBackend.from_config` (:mod:`orchestrator.registry` picks it by name);
+- :meth:`~RolloutBackend.preflight` raises :class:`~schemas.errors.SetupError` or
+  :class:`~schemas.errors.ConfigError`, whose message says the fix, for what would fail every
+  rollout of the harness (the backend's own tools or access, the harness's install), before any
+  rollout starts;
+- :meth:`~RolloutBackend.check` refuses (ConfigError, saying where it can run) a task it cannot
+  run with the harness;
+- :meth:`~RolloutBackend.run` reports the agent's end through ``on_agent_end`` as soon as it is
+  known (so the proxy can close the rollout before the verifier runs) and returns
+  :class:`Verified`, which holds everything the orchestrator records of the rollout. It raises
+  :class:`~schemas.errors.InfrastructureError` for a failure that is not the agent's doing and
+  may not recur on another attempt (a sandbox or pod that did not start, a verifier that gave no
+  reward), and SetupError or ConfigError for one that every attempt would meet;
+- :meth:`~RolloutBackend.cancel` stops every rollout running now (from another thread).
 """
 
 from __future__ import annotations
@@ -18,16 +34,29 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from infra.harnesses import Harness
+from infra.sandbox import ProxyEndpoint
 from infra.tasks import Task, VerifierReward
 from schemas.enums import RolloutPhase
+from schemas.errors import ConfigError
 
 
-class BackendName(StrEnum):
+class RolloutBackendName(StrEnum):
+    """The rollout backends, by registry name (``--backend``, ``rollouts.backend``)."""
+
     LOCAL = "local"  # bubblewrap sandboxes on this machine
     KUBERNETES = "kubernetes"  # one pod per rollout on a cluster
+
+
+@dataclass(frozen=True)
+class RunProxy:
+    """The run's capture proxy, as every backend is given it; each uses what it reaches it by."""
+
+    url: str  # its base URL from this machine (its admin API's)
+    # Its Unix socket, and the port a sandbox sees it on (None: it listens on none).
+    socket: ProxyEndpoint | None = None
 
 
 @dataclass(frozen=True)
@@ -61,24 +90,48 @@ class AgentEnd:
 
 @dataclass(frozen=True)
 class Verified:
-    """The agent's end and the verifier's reward."""
+    """Everything the orchestrator records of a verified rollout: the agent's end, the reward,
+    the verifier's exit code, duration and output, and the files kept. The orchestrator reads
+    nothing else of the backend's (no file under the attempt's directory)."""
 
     agent: AgentEnd
     reward: VerifierReward
     verifier_exit_code: int | None
     verifier_duration_s: float
     files: dict[str, Path] = field(default_factory=dict)  # logs and outputs kept, by name
+    verifier_output: str | None = None  # the end of what the verifier printed; None: not kept
+
+
+def require_solution(task: Task, harness: Harness) -> None:
+    """ConfigError when ``harness`` runs the task's own solution and ``task`` has none."""
+    if harness.capabilities.runs_solution and task.solution_dir is None:
+        raise ConfigError(
+            f"task {task.id} has no solution/solve.sh for the {harness.name} harness: add one "
+            "or pick another harness"
+        )
 
 
 class RolloutBackend(abc.ABC):
     """Runs rollouts; one instance serves many concurrent :meth:`run` calls (threads)."""
 
-    name: ClassVar[str]
+    name: ClassVar[RolloutBackendName]
+
+    @classmethod
+    @abc.abstractmethod
+    def from_config(cls, config: Any, proxy: RunProxy) -> RolloutBackend:
+        """The backend of ``config`` (its own section's type) for a run whose proxy is
+        ``proxy``; ConfigError when the section cannot work with that proxy."""
+
+    @abc.abstractmethod
+    def preflight(self, harness: Harness) -> None:
+        """Raise SetupError or ConfigError (saying the fix) now for what would fail every rollout
+        of ``harness`` on this backend; the orchestrator calls it before the first rollout."""
 
     @abc.abstractmethod
     def check(self, task: Task, harness: Harness) -> list[str]:
-        """Refuse (ConfigError, saying where it can run) a task this backend cannot run; else
-        the notes the run's log should show (how the task's environment is provided)."""
+        """Refuse (ConfigError, saying where it can run) a task this backend cannot run with
+        ``harness``; else the notes the run's log should show (how the task's environment is
+        provided)."""
 
     @abc.abstractmethod
     def run(self, job: RolloutJob, on_agent_end: Callable[[AgentEnd], None]) -> Verified:

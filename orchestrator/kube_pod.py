@@ -109,6 +109,127 @@ def _sh(script: str) -> list[str]:
     return ["/bin/sh", "-c", script]
 
 
+@dataclass(frozen=True)
+class _Pod:
+    """What the containers of one rollout's pod share."""
+
+    task: Task
+    objects: TaskObjects
+    image: str  # the task's image, else the harness image
+    security: dict[str, Any]
+    resources: dict[str, Any]
+
+    def container(self, name: str, script: str, mounts: list[dict[str, Any]],
+                  image: str | None = None, **extra: Any) -> dict[str, Any]:  # fmt: skip
+        return {
+            "name": name, "image": image or self.image, "command": _sh(script), **extra,
+            "volumeMounts": [_mount("tmp", "/tmp"), *mounts],
+            "securityContext": self.security, "resources": self.resources,
+        }  # fmt: skip
+
+
+def _workspace_init(pod: _Pod) -> dict[str, Any]:
+    """Copies the image's WORKDIR and the task's files into the workspace volume."""
+    steps = [f"cp -a {shlex.quote(pod.objects.workdir)}/. {WORKSPACE_MOUNT}/ 2>/dev/null || true"]
+    mounts = [_mount("workspace", WORKSPACE_MOUNT)]
+    if pod.objects.environment is not None:
+        steps.append(f"tar -xzf {BUNDLE_MOUNT}/environment/environment.tar.gz -C {WORKSPACE_MOUNT}")
+        mounts.append(_mount("environment", f"{BUNDLE_MOUNT}/environment", True))
+    return pod.container("workspace", " && ".join(steps), mounts)
+
+
+def _tools_init(
+    pod: _Pod, harness_image: str, paths: list[Path]
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Copies the harness's install out of the harness image; and the agent's read-only mounts
+    of it, at the same paths."""
+    copies, mounts = [], []
+    for n, path in enumerate(paths):
+        q = shlex.quote(str(path))
+        copies.append(f"mkdir -p {TOOLS_MOUNT}/{n} && cp -a {q} {TOOLS_MOUNT}/{n}/item")
+        mounts.append(_mount("tools", str(path), True, sub=f"{n}/item"))
+    init = pod.container(
+        "tools", " && ".join(copies), [_mount("tools", TOOLS_MOUNT)], image=harness_image
+    )
+    return init, mounts
+
+
+def _agent_init(
+    pod: _Pod, invocation: Invocation, home: Path, secret_name: str,
+    tool_mounts: list[dict[str, Any]],
+) -> dict[str, Any]:  # fmt: skip
+    """The harness under the task's agent timeout, its exit code to the termination log."""
+    objects, workdir = pod.objects, pod.objects.workdir
+    solution = ""
+    if objects.solution is not None:  # solution/ at /solution, for this container only
+        solution = "tar -xzf /openforge/solution-files/solution.tar.gz -C /solution && "
+    script = (
+        f"tar -xzf {SECRET_MOUNT}/home.tar.gz -C / && {solution}cd {shlex.quote(workdir)} && "
+        f"timeout -k 5 {int(pod.task.agent.timeout_sec)} {shlex.join(invocation.argv)}; "
+        'code=$?; printf \'{"exit_code": %d}\' "$code" > /dev/termination-log; exit 0'
+    )
+    secret_env = [
+        {"name": k, "valueFrom": {"secretKeyRef": {"name": secret_name, "key": f"env.{k}"}}}
+        for k in sorted(invocation.env)
+    ]
+    env = [*({"name": k, "value": v} for k, v in sorted(objects.env.items())), *secret_env]
+    mounts = [
+        _mount("workspace", workdir), _mount("home", str(home)),
+        _mount("agent-logs", "/logs/agent"), _mount("rollout", SECRET_MOUNT, True),
+        *tool_mounts,
+        *([_mount("solution", "/solution"),
+           _mount("solution-files", "/openforge/solution-files", True)]
+          if objects.solution is not None else []),
+    ]  # fmt: skip
+    return pod.container("agent", script, mounts, env=env)
+
+
+def _verifier(pod: _Pod) -> dict[str, Any]:
+    """``tests/test.sh`` over the workspace; its exit code and reward file to the termination
+    log."""
+    workdir = pod.objects.workdir
+    # The tests arrive as a tarball (a ConfigMap keeps no directories), unpacked at /tests.
+    script = (
+        "tar -xzf /openforge/tests/tests.tar.gz -C /tests && "
+        f"cd {shlex.quote(workdir)} && timeout -k 5 {int(pod.task.verifier.timeout_sec)} "
+        "bash /tests/test.sh; code=$?; "
+        "f=; if [ -f /logs/verifier/reward.json ]; then f=reward.json; "
+        "elif [ -f /logs/verifier/reward.txt ]; then f=reward.txt; fi; "
+        '{ printf \'{"exit_code": %d, "file": "%s"}\\n\' "$code" "$f"; '
+        f'[ -n "$f" ] && head -c {TERMINATION_LIMIT} "/logs/verifier/$f"; }} '
+        "> /dev/termination-log; exit 0"
+    )
+    env = [{"name": k, "value": v}
+           for k, v in sorted({**pod.objects.env, **pod.task.verifier.env}.items())]  # fmt: skip
+    mounts = [
+        _mount("workspace", workdir), _mount("tests", "/openforge/tests", True),
+        _mount("tests-files", "/tests"), _mount("verifier-logs", "/logs/verifier"),
+        _mount("agent-logs", "/logs/agent", True),
+    ]  # fmt: skip
+    return pod.container("verifier", script, mounts, env=env)
+
+
+def _volumes(objects: TaskObjects, secret_name: str, tools: bool) -> list[dict[str, Any]]:
+    def config_map(name: str, obj: dict[str, Any]) -> dict[str, Any]:
+        return {"name": name, "configMap": {"name": obj["metadata"]["name"]}}
+
+    volumes: list[dict[str, Any]] = [
+        {"name": n, "emptyDir": {}}
+        for n in ("tmp", "workspace", "home", "agent-logs", "verifier-logs", "tests-files")
+    ]
+    volumes.append({"name": "rollout", "secret": {"secretName": secret_name, "defaultMode": 0o440,
+                    "items": [{"key": "home.tar.gz", "path": "home.tar.gz"}]}})  # fmt: skip
+    volumes.append(config_map("tests", objects.tests))
+    if objects.environment is not None:
+        volumes.append(config_map("environment", objects.environment))
+    if tools:
+        volumes.append({"name": "tools", "emptyDir": {}})
+    if objects.solution is not None:
+        volumes.append({"name": "solution", "emptyDir": {}})
+        volumes.append(config_map("solution-files", objects.solution))
+    return volumes
+
+
 def rollout_pod(
     *,
     name: str,
@@ -124,106 +245,18 @@ def rollout_pod(
     owner: dict[str, Any],
 ) -> dict[str, Any]:
     """The rollout's pod (see the module docstring)."""
-    harness_image = settings.harness_image
-    image = objects.image or harness_image
-    workdir, sec, res = objects.workdir, _security(settings), _resources(task)
-    tools = image != harness_image and bool(harness.read_only_paths())
-    common = [_mount("tmp", "/tmp")]
-    workspace = [
-        f"cp -a {shlex.quote(workdir)}/. {WORKSPACE_MOUNT}/ 2>/dev/null || true",
-    ]
-    if objects.environment is not None:
-        workspace.append(
-            f"tar -xzf {BUNDLE_MOUNT}/environment/environment.tar.gz -C {WORKSPACE_MOUNT}"
-        )
-    init = [{
-        "name": "workspace", "image": image, "command": _sh(" && ".join(workspace)),
-        "volumeMounts": [*common, _mount("workspace", WORKSPACE_MOUNT),
-                         *([_mount("environment", f"{BUNDLE_MOUNT}/environment", True)]
-                           if objects.environment is not None else [])],
-        "securityContext": sec, "resources": res,
-    }]  # fmt: skip
-    tool_mounts = []
+    image = objects.image or settings.harness_image
+    pod = _Pod(task, objects, image, _security(settings), _resources(task))
+    # In the task's own image, the harness's install is copied in from the harness image.
+    paths = harness.read_only_paths() if image != settings.harness_image else []
+    tools = bool(paths)
+    init = [_workspace_init(pod)]
+    tool_mounts: list[dict[str, Any]] = []
     if tools:
-        copies = []
-        for n, path in enumerate(harness.read_only_paths()):
-            q = shlex.quote(str(path))
-            copies.append(f"mkdir -p {TOOLS_MOUNT}/{n} && cp -a {q} {TOOLS_MOUNT}/{n}/item")
-            tool_mounts.append(_mount("tools", str(path), True, sub=f"{n}/item"))
-        init.append({
-            "name": "tools", "image": harness_image, "command": _sh(" && ".join(copies)),
-            "volumeMounts": [*common, _mount("tools", TOOLS_MOUNT)],
-            "securityContext": sec, "resources": res,
-        })  # fmt: skip
-    timeout = int(task.agent.timeout_sec)
-    solution = ""
-    if objects.solution is not None:  # the oracle: solution/ at /solution, for its container only
-        solution = "tar -xzf /openforge/solution-files/solution.tar.gz -C /solution && "
-    agent_script = (
-        f"tar -xzf {SECRET_MOUNT}/home.tar.gz -C / && {solution}cd {shlex.quote(workdir)} && "
-        f"timeout -k 5 {timeout} {shlex.join(invocation.argv)}; "
-        'code=$?; printf \'{"exit_code": %d}\' "$code" > /dev/termination-log; exit 0'
-    )
-    secret_env = [
-        {"name": k, "valueFrom": {"secretKeyRef": {"name": secret_name, "key": f"env.{k}"}}}
-        for k in sorted(invocation.env)
-    ]
-    init.append({
-        "name": "agent", "image": image, "command": _sh(agent_script),
-        "env": [*({"name": k, "value": v} for k, v in sorted(objects.env.items())), *secret_env],
-        "volumeMounts": [
-            *common, _mount("workspace", workdir), _mount("home", str(home)),
-            _mount("agent-logs", "/logs/agent"), _mount("rollout", SECRET_MOUNT, True),
-            *tool_mounts,
-            *([_mount("solution", "/solution"),
-               _mount("solution-files", "/openforge/solution-files", True)]
-              if objects.solution is not None else []),
-        ],
-        "securityContext": sec, "resources": res,
-    })  # fmt: skip
-    vt = int(task.verifier.timeout_sec)
-    # The tests arrive as a tarball (a ConfigMap keeps no directories), unpacked at /tests.
-    verifier_script = (
-        "tar -xzf /openforge/tests/tests.tar.gz -C /tests && "
-        f"cd {shlex.quote(workdir)} && timeout -k 5 {vt} bash /tests/test.sh; code=$?; "
-        "f=; if [ -f /logs/verifier/reward.json ]; then f=reward.json; "
-        "elif [ -f /logs/verifier/reward.txt ]; then f=reward.txt; fi; "
-        '{ printf \'{"exit_code": %d, "file": "%s"}\\n\' "$code" "$f"; '
-        f'[ -n "$f" ] && head -c {TERMINATION_LIMIT} "/logs/verifier/$f"; }} '
-        "> /dev/termination-log; exit 0"
-    )
-    containers = [{
-        "name": "verifier", "image": image, "command": _sh(verifier_script),
-        "env": [{"name": k, "value": v}
-                for k, v in sorted({**objects.env, **task.verifier.env}.items())],
-        "volumeMounts": [
-            *common, _mount("workspace", workdir), _mount("tests", "/openforge/tests", True),
-            _mount("tests-files", "/tests"), _mount("verifier-logs", "/logs/verifier"),
-            _mount("agent-logs", "/logs/agent", True),
-        ],
-        "securityContext": sec, "resources": res,
-    }]  # fmt: skip
-    volumes: list[dict[str, Any]] = [
-        {"name": n, "emptyDir": {}}
-        for n in ("tmp", "workspace", "home", "agent-logs", "verifier-logs", "tests-files")
-    ]
-    volumes.append({"name": "rollout", "secret": {"secretName": secret_name, "defaultMode": 0o440,
-                    "items": [{"key": "home.tar.gz", "path": "home.tar.gz"}]}})  # fmt: skip
-    volumes.append({"name": "tests", "configMap": {"name": objects.tests["metadata"]["name"]}})
-    if objects.environment is not None:
-        volumes.append(
-            {"name": "environment",
-             "configMap": {"name": objects.environment["metadata"]["name"]}}
-        )  # fmt: skip
-    if tools:
-        volumes.append({"name": "tools", "emptyDir": {}})
-    if objects.solution is not None:
-        volumes.append({"name": "solution", "emptyDir": {}})
-        volumes.append(
-            {"name": "solution-files",
-             "configMap": {"name": objects.solution["metadata"]["name"]}}
-        )  # fmt: skip
-    deadline = timeout + vt + STARTUP_S
+        tools_init, tool_mounts = _tools_init(pod, settings.harness_image, paths)
+        init.append(tools_init)
+    init.append(_agent_init(pod, invocation, home, secret_name, tool_mounts))
+    deadline = int(task.agent.timeout_sec) + int(task.verifier.timeout_sec) + STARTUP_S
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -252,8 +285,8 @@ def rollout_pod(
                 "seccompProfile": {"type": "RuntimeDefault"},
             },
             "initContainers": init,
-            "containers": containers,
-            "volumes": volumes,
+            "containers": [_verifier(pod)],
+            "volumes": _volumes(objects, secret_name, tools),
         },
     }  # fmt: skip
 

@@ -14,8 +14,9 @@ Per attempt, under ``job.root`` (host)::
                       before the verifier runs (size-bounded; :mod:`orchestrator.final_workspace`)
 
 The agent's sandbox sees the workspace, its home, its harness install (read-only), and the
-proxy through the sandbox's forwarder (``http://127.0.0.1:PORT`` inside): nothing of the tests,
-the solution (except for the ``oracle``), other rollouts, the repository or the cache. The
+proxy through the sandbox's forwarder (``http://127.0.0.1:PORT`` inside; a harness that declares
+no network gets none at all): nothing of the tests, the solution (except for a harness that
+declares it runs it, the ``oracle``), other rollouts, the repository or the cache. The
 verifier runs afterwards in a fresh sandbox over the same workspace with ``tests/`` at
 ``/tests`` read-only and no network at all (:mod:`orchestrator.verifier`, the code path
 ``openforge replay rescore`` runs too).
@@ -35,11 +36,13 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
-from infra.harnesses import Harness
+from infra.harnesses import Harness, Network
 from infra.harnesses.base import Endpoint, RolloutDirs
 from infra.sandbox import (
+    BubblewrapSandbox,
     Mount,
     ProxyEndpoint,
     SandboxBackend,
@@ -49,22 +52,48 @@ from infra.sandbox import (
 )
 from infra.tasks import Task
 from orchestrator import final_workspace
-from orchestrator.backend import AgentEnd, BackendName, RolloutBackend, Verified
+from orchestrator.backend import (
+    AgentEnd,
+    RolloutBackend,
+    RolloutBackendName,
+    RunProxy,
+    Verified,
+    require_solution,
+)
 from orchestrator.backend import RolloutJob as Job
 from orchestrator.verifier import LOGS, VERIFIER_PATH, limits, run_verifier
 from orchestrator.workspace import Prepared, lay_out, notes
 from schemas.enums import RolloutPhase
-from schemas.errors import ConfigError, InfrastructureError, SetupError
+from schemas.errors import ConfigError, InfrastructureError, SandboxError, SetupError
 
 SOLUTION = "/solution"
+OUTPUT_TAIL = 4000  # characters of the verifier's output kept with its reward
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class LocalConfig:
+    """The local backend's section (``openforge rollouts run --allow-internet-tasks``,
+    ``--max-workspace-mb``).
+
+    Attributes:
+        bwrap: the bubblewrap binary (None: ``$OPENFORGE_BWRAP``, else the installed one).
+        max_processes: processes and threads per sandbox at most.
+        allow_internet_tasks: run ``allow_internet`` tasks anyway, without internet.
+        max_workspace_bytes: a final workspace up to this size is saved (for re-scoring).
+    """
+
+    bwrap: Path | None = None
+    max_processes: int = 512
+    allow_internet_tasks: bool = False
+    max_workspace_bytes: int = final_workspace.DEFAULT_LIMIT_BYTES
 
 
 class LocalBackend(RolloutBackend):
     """Rollouts in ``sandbox`` (bubblewrap) on this machine, reaching the proxy at ``proxy``."""
 
-    name = BackendName.LOCAL
+    name = RolloutBackendName.LOCAL
 
     def __init__(
         self,
@@ -81,6 +110,28 @@ class LocalBackend(RolloutBackend):
         self.max_workspace_bytes = max_workspace_bytes
         self._cancelled = threading.Event()
 
+    @classmethod
+    def from_config(cls, config: LocalConfig, proxy: RunProxy) -> LocalBackend:
+        """Sandboxes reach the proxy through its Unix socket only: ConfigError without one."""
+        if proxy.socket is None:
+            raise ConfigError(
+                f"the local backend's sandboxes reach the proxy through its Unix socket, and the "
+                f"proxy at {proxy.url} has none here: give its --uds path (--proxy-socket)"
+            )
+        return cls(
+            BubblewrapSandbox(bwrap=config.bwrap),
+            proxy.socket,
+            max_processes=config.max_processes,
+            allow_internet_tasks=config.allow_internet_tasks,
+            max_workspace_bytes=config.max_workspace_bytes,
+        )
+
+    def preflight(self, harness: Harness) -> None:
+        """The sandbox's tools (bubblewrap, the limits), and the harness's install."""
+        self.sandbox.preflight()
+        harness.executable()
+        harness.read_only_paths()
+
     def check(self, task: Task, harness: Harness) -> list[str]:
         image = task.environment.docker_image
         if image:
@@ -89,11 +140,7 @@ class LocalBackend(RolloutBackend):
                 "local backend cannot provide (it runs on this machine's root filesystem): run "
                 "it with --backend kubernetes, or drop [environment] docker_image"
             )
-        if harness.name == "oracle" and task.solution_dir is None:
-            raise ConfigError(
-                f"task {task.id} has no solution/solve.sh for the oracle: add one or pick "
-                "another harness"
-            )
+        require_solution(task, harness)
         said = []
         if task.environment.allow_internet:
             if not self.allow_internet_tasks:
@@ -106,11 +153,18 @@ class LocalBackend(RolloutBackend):
         return said + notes(task)  # a refused Dockerfile line raises here, before any start
 
     def run(self, job: Job, on_agent_end: Callable[[AgentEnd], None]) -> Verified:
+        try:
+            return self._run(job, on_agent_end)
+        except SandboxError as exc:  # set-up or clean-up of one sandbox: a new one may work
+            raise InfrastructureError(f"the sandbox failed: {exc}") from exc
+
+    def _run(self, job: Job, on_agent_end: Callable[[AgentEnd], None]) -> Verified:
         task = job.task
         if self._cancelled.is_set():
             raise InfrastructureError("cancelled")
         try:
             prepared = lay_out(task, job.root)
+        # SetupError: building the task's pip environment failed (its index may be back later).
         except (OSError, SetupError) as exc:
             raise InfrastructureError(f"cannot lay out the workspace: {exc}") from exc
         dirs, workdir = prepared.dirs, prepared.workdir
@@ -136,7 +190,8 @@ class LocalBackend(RolloutBackend):
         files = {name: job.root / name for name in names}
         if saved.archive is not None:
             files[final_workspace.ARCHIVE] = saved.archive
-        return Verified(agent, reward, verifier.exit_code, verifier.duration_s, files)
+        output = _tail(files["verifier.out"], OUTPUT_TAIL)
+        return Verified(agent, reward, verifier.exit_code, verifier.duration_s, files, output)
 
     def _run_agent(self, job: Job, prepared: Prepared) -> AgentEnd:
         task, harness = job.task, job.harness
@@ -158,7 +213,7 @@ class LocalBackend(RolloutBackend):
             *(Mount(p, str(p), read_only=True) for p in harness.read_only_paths()),
             *prepared.mounts,
         ]
-        if harness.name == "oracle" and task.solution_dir is not None:
+        if harness.capabilities.runs_solution and task.solution_dir is not None:
             mounts.append(Mount(task.solution_dir, SOLUTION, read_only=True))
         env = {**prepared.env, **inv.env}
         env["PATH"] = ":".join([*prepared.path_prefix, env.get("PATH", VERIFIER_PATH)])
@@ -170,8 +225,8 @@ class LocalBackend(RolloutBackend):
                 cwd=workdir,
                 env=env,
                 mounts=tuple(mounts),
-                # A harness that calls no model (oracle, noop) gets no network at all.
-                proxy=proxy if harness.dialect is not None else None,
+                # A harness that declares no network (oracle, noop) gets none at all.
+                proxy=proxy if harness.capabilities.network is Network.PROXY else None,
                 limits=limits(task, self.max_processes),
                 timeout_s=task.agent.timeout_sec,
                 home=str(dirs["home"]),
@@ -206,3 +261,11 @@ def _agent_end(result: SandboxResult, harness: Harness, stdout: Path, timeout: f
     if result.outcome is not SandboxOutcome.EXITED:  # a limit struck: the agent's doing
         message = f"{result.outcome.value}: {message}"
     return AgentEnd(phase, result.exit_code, result.duration_s, message, final, session)
+
+
+def _tail(path: Path, limit: int) -> str | None:
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return None
+    return text[-limit:] or None

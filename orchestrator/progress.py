@@ -14,7 +14,7 @@ from rich.table import Table
 from rich.text import Text
 
 from orchestrator.run import Counts
-from orchestrator.rundir import RolloutRecord, Status
+from orchestrator.rundir import RolloutOutcome, Status
 
 
 def status_line(counts: Counts, elapsed_s: float) -> Text:
@@ -49,11 +49,11 @@ def live_progress(console: Console, counts: Counts) -> Iterator[None]:
             live.update(status_line(counts, time.monotonic() - start))
 
 
-def summary_table(records: Sequence[RolloutRecord]) -> Table:
+def summary_table(outcomes: Sequence[RolloutOutcome]) -> Table:
     """Per task: rollouts, verified, mean reward, agent ends and infrastructure failures."""
     table = Table("task", "rollouts", "verified", "mean reward", "agent ends", "infra failed")
-    by_task: dict[str, list[RolloutRecord]] = defaultdict(list)
-    for r in records:
+    by_task: dict[str, list[RolloutOutcome]] = defaultdict(list)
+    for r in outcomes:
         by_task[r.task_id].append(r)
     for task, rows in sorted(by_task.items()):
         rewards = [r.reward for r in rows if r.reward is not None]

@@ -14,11 +14,22 @@ Per rollout (one attempt):
    verifier's components) are recorded with the admin credential, which only the orchestrator
    holds.
 
-An infrastructure failure (the sandbox did not start, the proxy was unreachable, the verifier
-crashed or wrote no reward) is recorded as ``infra_failed`` and retried as a new rollout id
-(``-a2``, ``-a3``), with exponential backoff, up to ``max_attempts``; each is counted. An agent
-failure is the agent's result and is never retried. Ctrl-C or SIGTERM (:meth:`Orchestrator.cancel`)
-stops new starts, kills every running sandbox and returns what finished.
+Errors are told apart once, by what another attempt could change:
+
+- an infrastructure failure (:class:`~schemas.errors.InfrastructureError`: the sandbox did not
+  start, the verifier crashed or wrote no reward; or the proxy could not register the rollout or
+  failed mid-rollout) is recorded as ``infra_failed`` and retried as a new attempt, a new rollout
+  id (``-a2``, ``-a3``), with exponential backoff, up to ``max_attempts``; each is counted;
+- any other error of ours, a set-up or config error above all (:class:`~schemas.errors.SetupError`
+  or :class:`~schemas.errors.ConfigError`: a missing tool, a harness that is not installed, a
+  task the backend cannot lay out), would fail every attempt of every rollout:
+  :meth:`Orchestrator.check` raises it before the first rollout where it can be seen; met during
+  a rollout, it is recorded on that attempt (``infra_failed``), the other rollouts are cancelled
+  and the run raises it, once;
+- an agent failure is the agent's result and is never retried.
+
+Ctrl-C or SIGTERM (:meth:`Orchestrator.cancel`) stops new starts, kills every running sandbox and
+returns what finished.
 """
 
 from __future__ import annotations
@@ -33,9 +44,10 @@ from pathlib import Path
 
 from infra.harnesses import Harness
 from infra.proxy_client import ProxyAdmin
+from infra.tasks import Task
 from orchestrator.backend import AgentEnd, RolloutBackend, RolloutJob, Verified
 from orchestrator.plan import PlannedRollout
-from orchestrator.rundir import RolloutRecord, RunDir
+from orchestrator.rundir import RolloutOutcome, RunDir
 from schemas.enums import RolloutPhase
 from schemas.errors import InfrastructureError, OpenForgeError, ServiceError
 
@@ -92,7 +104,9 @@ class Orchestrator:
         self._on_change = on_change or (lambda counts: None)
         self._lock = threading.Lock()
         self._cancelled = threading.Event()
+        self._preflight_passed = False
         self._checked: set[str] = set()  # task ids the backend accepted
+        self._stopped: list[RolloutOutcome] = []  # this run's rollouts a set-up error ended
 
     def _update(self, **deltas: int) -> None:
         with self._lock:
@@ -105,26 +119,33 @@ class Orchestrator:
         self._cancelled.set()
         self.backend.cancel()
 
-    def check(self, planned: Sequence[PlannedRollout]) -> list[str]:
-        """Refuse (ConfigError) what the backend cannot run, before anything starts; returns the
-        backend's notes for the run's log (how each task's environment is provided)."""
+    def check(self, tasks: Sequence[Task]) -> list[str]:
+        """Before anything starts: the backend's preflight for the harness (SetupError or
+        ConfigError, saying the fix), then each of ``tasks`` the backend has not accepted yet
+        (ConfigError, saying where it can run). Returns the backend's notes for the run's log
+        (how each task's environment is provided). :meth:`run` calls it too."""
+        if not self._preflight_passed:
+            self.backend.preflight(self.harness)
+            self._preflight_passed = True
         notes: list[str] = []
-        for p in planned:
-            if p.task.id not in self._checked:  # each task once, also across check() and run()
-                notes += self.backend.check(p.task, self.harness)
-                self._checked.add(p.task.id)
+        for task in tasks:
+            if task.id not in self._checked:  # each task once, also across check() and run()
+                notes += self.backend.check(task, self.harness)
+                self._checked.add(task.id)
         return notes
 
-    def run(self, planned: Sequence[PlannedRollout]) -> list[RolloutRecord]:
-        """Run every planned rollout; returns one record per rollout (its last attempt)."""
-        self.check(planned)
+    def run(self, planned: Sequence[PlannedRollout]) -> list[RolloutOutcome]:
+        """Run every planned rollout; returns one outcome per rollout (its last attempt). Raises
+        a set-up or config error once, the first that a rollout met, after stopping the rest."""
+        self.check([p.task for p in planned])
+        self._stopped.clear()
         self._update(planned=len(planned), queued=len(planned))
         for p in planned:
             self._phase(p, p.rollout_id(1), RolloutPhase.QUEUED)
-        records: list[RolloutRecord] = []
+        outcomes: list[RolloutOutcome] = []
         pending = list(planned)
         with ThreadPoolExecutor(self.config.concurrency, thread_name_prefix="rollout") as pool:
-            running: set[Future[RolloutRecord]] = set()
+            running: set[Future[RolloutOutcome]] = set()
             try:
                 while pending or running:
                     while pending and len(running) < self.config.concurrency:
@@ -135,19 +156,19 @@ class Orchestrator:
                         break
                     done, running = wait(running, timeout=0.5, return_when=FIRST_COMPLETED)
                     for future in done:
-                        records.append(future.result())
-            except BaseException:  # Ctrl-C / SIGTERM in the main thread: stop everything
+                        outcomes.append(future.result())
+            except BaseException:  # Ctrl-C / SIGTERM, or an error no attempt passes: stop all
                 self.cancel()
                 for future in running:
-                    with contextlib.suppress(Exception):  # each one's record says how it ended
-                        records.append(future.result(timeout=60))
+                    with contextlib.suppress(Exception):  # each one's outcome says how it ended
+                        outcomes.append(future.result(timeout=60))
                 raise
             finally:
                 for p in pending:
                     self._update(queued=-1, cancelled=1)
-                    records.append(RolloutRecord.cancelled(p, p.rollout_id(1)))
-                self.run_dir.write_summary(records)
-        return records
+                    outcomes.append(RolloutOutcome.cancelled(p, p.rollout_id(1)))
+                self.run_dir.write_summary([*outcomes, *self._stopped])
+        return outcomes
 
     def _phase(
         self, p: PlannedRollout, rollout_id: str, phase: RolloutPhase, message: str | None = None
@@ -162,7 +183,7 @@ class Orchestrator:
             backend=self.backend.name,
         )
 
-    def _rollout(self, p: PlannedRollout) -> RolloutRecord:
+    def _rollout(self, p: PlannedRollout) -> RolloutOutcome:
         self._update(queued=-1, running=1)
         try:
             for attempt in range(1, self.config.max_attempts + 1):
@@ -172,33 +193,44 @@ class Orchestrator:
                     self._phase(p, rollout_id, RolloutPhase.QUEUED)
                 if self._cancelled.is_set():
                     self._update(cancelled=1)
-                    return RolloutRecord.cancelled(p, rollout_id)
+                    return RolloutOutcome.cancelled(p, rollout_id)
                 try:
-                    record = self._attempt(p, rollout_id, attempt)
+                    outcome = self._attempt(p, rollout_id, attempt)
                 except InfrastructureError as exc:
                     if self._cancelled.is_set():
                         self._update(cancelled=1)
-                        return RolloutRecord.cancelled(p, rollout_id)
+                        return RolloutOutcome.cancelled(p, rollout_id)
                     self._update(infra_failures=1)
                     self._record_infra_failure(p, rollout_id, str(exc))
                     if attempt == self.config.max_attempts:
                         self._update(gave_up=1)
-                        record = RolloutRecord.infra_failed(p, rollout_id, attempt, str(exc))
-                        self.run_dir.write_record(record)
-                        return record
+                        outcome = RolloutOutcome.infra_failed(p, rollout_id, attempt, str(exc))
+                        self.run_dir.write_outcome(outcome)
+                        return outcome
                     continue
+                except OpenForgeError as exc:  # e.g. set-up or config: every attempt would fail
+                    self._stop(p, rollout_id, attempt, exc)
+                    raise
                 self._update(done=1)
-                return record
+                return outcome
             raise AssertionError("unreachable")  # the loop returns on its last attempt
         finally:
             self._update(running=-1)
+
+    def _stop(self, p: PlannedRollout, rollout_id: str, attempt: int, exc: Exception) -> None:
+        """Record the attempt that met an error no attempt can pass; the caller raises it."""
+        self._record_infra_failure(p, rollout_id, str(exc))
+        outcome = RolloutOutcome.infra_failed(p, rollout_id, attempt, str(exc))
+        self.run_dir.write_outcome(outcome)
+        with self._lock:
+            self._stopped.append(outcome)
 
     def _record_infra_failure(self, p: PlannedRollout, rollout_id: str, why: str) -> None:
         # If the proxy itself is what failed, the run directory still says so.
         with contextlib.suppress(ServiceError):
             self._phase(p, rollout_id, RolloutPhase.INFRA_FAILED, message=why[:2000])
 
-    def _attempt(self, p: PlannedRollout, rollout_id: str, attempt: int) -> RolloutRecord:
+    def _attempt(self, p: PlannedRollout, rollout_id: str, attempt: int) -> RolloutOutcome:
         start = time.monotonic()
         try:
             reg = self.admin.register_rollout(
@@ -237,12 +269,8 @@ class Orchestrator:
 
         try:
             verified = self.backend.run(job, on_agent_end)
-        except InfrastructureError:
-            raise
-        except ServiceError as exc:
+        except ServiceError as exc:  # a restarted proxy worker forgot the rollout: a new one
             raise InfrastructureError(f"the proxy failed mid-rollout: {exc}") from exc
-        except OpenForgeError as exc:
-            raise InfrastructureError(str(exc)) from exc
         finally:
             if not ended:  # never got to the agent's end: close the rollout at the proxy
                 with contextlib.suppress(ServiceError):
@@ -253,7 +281,7 @@ class Orchestrator:
 
     def _score(
         self, p: PlannedRollout, rollout_id: str, attempt: int, verified: Verified, start: float
-    ) -> RolloutRecord:
+    ) -> RolloutOutcome:
         reward = verified.reward
         assert reward.reward is not None  # the backend raises otherwise
         source = reward.source.name if reward.source else "verifier"
@@ -263,18 +291,11 @@ class Orchestrator:
             reward.reward,
             components=dict(reward.components),
             verifier=f"{p.task.id}@{p.task.version}",
-            verifier_output=_tail(self.run_dir.rollout_root(rollout_id) / "verifier.out"),
+            verifier_output=verified.verifier_output,
         )
         with self._lock:
             self.counts.rewards.append(reward.reward)
-        record = RolloutRecord.verified(p, rollout_id, attempt, verified, time.monotonic() - start)
-        self.run_dir.write_record(record)
-        return record
-
-
-def _tail(path: Path, limit: int = 4000) -> str | None:
-    try:
-        text = path.read_text(errors="replace")
-    except OSError:
-        return None
-    return text[-limit:] or None
+        wall_s = time.monotonic() - start
+        outcome = RolloutOutcome.verified(p, rollout_id, attempt, verified, wall_s)
+        self.run_dir.write_outcome(outcome)
+        return outcome

@@ -3,31 +3,44 @@
 OUT/rollouts/ROLLOUT/           one attempt (see orchestrator.local for what is inside:
                                 workspace, home, logs/agent, logs/verifier with the
                                 verifier's reward.txt / reward.json as written, outputs)
-OUT/rollouts/ROLLOUT/result.json    how it ended and its reward
+OUT/rollouts/ROLLOUT/result.json    how it ended and its reward (a :class:`RolloutOutcome`)
 OUT/summary.json, summary.csv   one row per rollout (its last attempt)
 """
 
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from pathlib import Path
+from typing import Any
 
 from orchestrator.backend import Verified
 from orchestrator.plan import PlannedRollout
+from schemas.enums import RolloutPhase
 
 
 class Status(StrEnum):
-    VERIFIED = "verified"  # the agent ran (in whatever way it ended) and the verifier scored it
-    INFRA_FAILED = "infra_failed"  # every attempt failed for infrastructure reasons
-    CANCELLED = "cancelled"
+    """How the orchestrator's work on a rollout ended: the outcome of its last attempt.
+
+    Not a :class:`~schemas.enums.RolloutPhase`, which is one step of one attempt's lifecycle in
+    the event log: a status sums up a rollout over its attempts. Where the two meet they are one
+    word: ``verified`` and ``infra_failed`` are the last phase the event log has for that attempt.
+    ``cancelled`` has no phase: a cancelled rollout's events stop wherever it was cancelled.
+    """
+
+    VERIFIED = RolloutPhase.VERIFIED.value  # the agent ran (however it ended), then was scored
+    INFRA_FAILED = RolloutPhase.INFRA_FAILED.value  # every attempt failed, none by the agent
+    CANCELLED = "cancelled"  # the run was cancelled (or stopped) before it was verified
 
 
 @dataclass(frozen=True)
-class RolloutRecord:
+class RolloutOutcome:
+    """How one rollout of a run ended (its last attempt): its ``result.json``, its summary row."""
+
     rollout_id: str
     task_id: str
     group_id: str
@@ -46,7 +59,7 @@ class RolloutRecord:
     @classmethod
     def verified(
         cls, p: PlannedRollout, rollout_id: str, attempt: int, v: Verified, wall_s: float
-    ) -> RolloutRecord:
+    ) -> RolloutOutcome:
         return cls(
             rollout_id,
             p.task.id,
@@ -67,14 +80,21 @@ class RolloutRecord:
     @classmethod
     def infra_failed(
         cls, p: PlannedRollout, rollout_id: str, attempt: int, why: str
-    ) -> RolloutRecord:
+    ) -> RolloutOutcome:
         return cls(
             rollout_id, p.task.id, p.group_id, p.sample, attempt, Status.INFRA_FAILED, message=why
         )
 
     @classmethod
-    def cancelled(cls, p: PlannedRollout, rollout_id: str) -> RolloutRecord:
+    def cancelled(cls, p: PlannedRollout, rollout_id: str) -> RolloutOutcome:
         return cls(rollout_id, p.task.id, p.group_id, p.sample, 0, Status.CANCELLED)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> RolloutOutcome:
+        """The outcome a ``result.json`` holds (keys of other versions are left out)."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        values = {k: v for k, v in data.items() if k in names}
+        return cls(**{**values, "status": Status(values["status"])})
 
 
 class RunDir:
@@ -87,15 +107,21 @@ class RunDir:
     def rollout_root(self, rollout_id: str) -> Path:
         return self.root / "rollouts" / rollout_id
 
-    def write_record(self, record: RolloutRecord) -> None:
-        path = self.rollout_root(record.rollout_id)
+    def write_outcome(self, outcome: RolloutOutcome) -> None:
+        path = self.rollout_root(outcome.rollout_id)
         path.mkdir(parents=True, exist_ok=True)
-        (path / "result.json").write_text(json.dumps(asdict(record), indent=2) + "\n")
+        (path / "result.json").write_text(json.dumps(asdict(outcome), indent=2) + "\n")
 
-    def write_summary(self, records: Sequence[RolloutRecord]) -> None:
-        rows = sorted((asdict(r) for r in records), key=lambda r: r["rollout_id"])
+    def outcomes(self, prefix: str = "") -> list[RolloutOutcome]:
+        """The ``result.json`` outcomes written so far (a rollout's last attempt, once verified
+        or given up) whose rollout id starts with ``prefix``, by rollout id."""
+        paths = sorted((self.root / "rollouts").glob(f"{prefix}*/result.json"))
+        return [RolloutOutcome.from_json(json.loads(p.read_text())) for p in paths]
+
+    def write_summary(self, outcomes: Sequence[RolloutOutcome]) -> None:
+        rows = sorted((asdict(r) for r in outcomes), key=lambda r: r["rollout_id"])
         (self.root / "summary.json").write_text(json.dumps(rows, indent=2) + "\n")
-        fields = [f for f in RolloutRecord.__dataclass_fields__ if f != "components"]
+        fields = [f for f in RolloutOutcome.__dataclass_fields__ if f != "components"]
         with open(self.root / "summary.csv", "w", newline="") as f:
             writer = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
             writer.writeheader()

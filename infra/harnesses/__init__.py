@@ -6,9 +6,11 @@ from __future__ import annotations
 
 from infra.harnesses.agent import Agent
 from infra.harnesses.base import (
+    Capabilities,
     Endpoint,
     Harness,
     Invocation,
+    Network,
     NpmHarness,
     Report,
     RolloutDirs,
@@ -32,17 +34,19 @@ def harness(name: str) -> Harness:
 
 def model_harnesses() -> list[str]:
     """The names of the harnesses that call a model (all but oracle and noop), sorted."""
-    return [name for name in HARNESSES if HARNESSES[name].dialect is not None]
+    return [name for name in HARNESSES if HARNESSES[name].capabilities.calls_model]
 
 
 __all__ = [
     "HARNESSES",
     "Agent",
+    "Capabilities",
     "ClaudeCode",
     "Codex",
     "Endpoint",
     "Harness",
     "Invocation",
+    "Network",
     "NoOp",
     "NpmHarness",
     "OpenClaw",

@@ -1,9 +1,11 @@
 """The harness boundary: how to install, configure, run and read one agent harness.
 
-A :class:`Harness` knows five things about an agent program, run unmodified:
+A :class:`Harness` knows, about an agent program run unmodified:
 
 - its executable and version, and what a sandbox must mount read-only for it to run
   (:meth:`Harness.read_only_paths`);
+- what it needs from the backend that runs it (:class:`Capabilities`: a model, the network, the
+  task's solution), declared as data so that no backend looks at its name;
 - how to configure one rollout: a private home directory with the harness's config files, the
   proxy's per-rollout base URL and key, telemetry and update checks off;
 - the headless command line for a task;
@@ -25,13 +27,45 @@ import os
 import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
 from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
 from infra import paths
 from schemas.enums import Dialect
-from schemas.errors import SetupError
+from schemas.errors import ConfigError, SetupError
+
+
+class Network(StrEnum):
+    """What a harness's sandbox may reach."""
+
+    NONE = "none"  # nothing at all
+    PROXY = "proxy"  # the capture proxy only (its per-rollout URL), nothing else
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a harness needs from the rollout backend that runs it. Backends read these (and
+    :meth:`Harness.read_only_paths`, the binaries to mount), never the harness's name.
+
+    Attributes:
+        calls_model: it asks the proxy for completions, so a model must be served.
+        network: what its sandbox may reach; a harness that calls a model needs the proxy.
+        runs_solution: it runs the task's own ``solution/`` (mounted at ``/solution`` for it
+            alone); a task without one is refused before anything starts.
+    """
+
+    calls_model: bool = True
+    network: Network = Network.PROXY
+    runs_solution: bool = False
+
+    def __post_init__(self) -> None:
+        if self.calls_model and self.network is not Network.PROXY:
+            raise ConfigError(
+                f"a harness that calls a model needs network = {Network.PROXY.value!r} "
+                f"(the proxy), not {self.network.value!r}"
+            )
 
 
 @dataclass(frozen=True)
@@ -103,6 +137,7 @@ class Harness(abc.ABC):
 
     name: ClassVar[str]  # our name for it, also recorded on RolloutEvents
     dialect: ClassVar[Dialect | None]  # the API it speaks to the proxy; None: it calls no model
+    capabilities: ClassVar[Capabilities] = Capabilities()  # what it needs from a backend
 
     @property
     @abc.abstractmethod
@@ -206,9 +241,10 @@ class NpmHarness(Harness):
 
 class SystemHarness(Harness):
     """A harness that is a program already on this machine (bash, coreutils): nothing of ours to
-    install or mount, version ``1``, and by default no model (``dialect = None``)."""
+    install or mount, version ``1``, and by default no model (``dialect = None``) and no network."""
 
     dialect: ClassVar[Dialect | None] = None
+    capabilities: ClassVar[Capabilities] = Capabilities(calls_model=False, network=Network.NONE)
     program: Path = Path("/bin/bash")
 
     @property

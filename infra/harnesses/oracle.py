@@ -10,13 +10,22 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from infra.harnesses.base import Endpoint, Invocation, Report, RolloutDirs, SystemHarness
+from infra.harnesses.base import (
+    Capabilities,
+    Endpoint,
+    Invocation,
+    Network,
+    Report,
+    RolloutDirs,
+    SystemHarness,
+)
 
 SOLUTION_MOUNT = Path("/solution")  # where Harbor (and our sandbox) mounts solution/
 
 
 class Oracle(SystemHarness):
     name = "oracle"
+    capabilities = Capabilities(calls_model=False, network=Network.NONE, runs_solution=True)
 
     def __init__(
         self,

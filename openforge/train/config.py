@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from infra.eventlog.urls import absolute_location
+from orchestrator.backend import RolloutBackendName
 from schemas.errors import ConfigError
 from schemas.registry import choose
 from trainer.algorithm_names import AdvantageEstimator, PolicyLoss
@@ -45,11 +46,6 @@ TINY = "tiny"  # model.base: the tiny model built locally, not a path
 class WarmStartRecipe(StrEnum):
     NONE = "none"  # start RL from the base model as it is
     ECHO_WORDS = "echo-words"  # SFT on generated echo-words conversations (the demo's tasks)
-
-
-class RolloutBackendName(StrEnum):
-    LOCAL = "local"  # bubblewrap sandboxes on this machine
-    KUBERNETES = "kubernetes"  # one pod per rollout (issue #13; not available yet)
 
 
 @dataclass

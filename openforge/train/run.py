@@ -25,7 +25,6 @@ checkpoints, exported weights), ``eval.csv``, ``curves.png``, ``summary.json``.
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from collections.abc import Callable
@@ -34,8 +33,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from infra.local.vllm import VLLMServer
-from infra.sandbox import sandbox
-from infra.tasks import Task
 from openforge.stack import (
     ModelServer,
     ProxyOptions,
@@ -49,14 +46,14 @@ from openforge.train.config import TrainConfig
 from openforge.train.driver import EvalLog, Pacing, RolloutDriver
 from openforge.train.launch import Launch, prepare_launch
 from openforge.train.report import Live, Report, write_report
-from orchestrator.registry import ROLLOUT_BACKENDS
+from orchestrator.backend import RunProxy
+from orchestrator.registry import RolloutBackendConfig, build_backend
 from orchestrator.run import Orchestrator, OrchestratorConfig
-from orchestrator.rundir import RunDir
+from orchestrator.rundir import RunDir, Status
 from schemas.errors import ServiceError
 from trainer.weight_sync import SyncMode, WeightSync
 
 if TYPE_CHECKING:  # the trainer's loop imports torch: only the trainer step needs it
-    from orchestrator.plan import PlannedRollout
     from trainer.loop import TrainerConfig
 
 POLICY = "policy"  # the model name harnesses ask for
@@ -181,7 +178,8 @@ class TrainingRun:
     def _orchestrators(self, stack: ExitStack, launch: Launch, services: Stack) -> None:
         """The rollout backend and the train and eval orchestrators; the tasks checked."""
         cfg = self.cfg
-        backend = ROLLOUT_BACKENDS.get(cfg.rollouts.backend)(sandbox(), services.endpoint)
+        run_proxy = RunProxy(services.admin.url, services.endpoint)
+        backend = build_backend(RolloutBackendConfig(name=cfg.rollouts.backend), run_proxy)
         stack.callback(backend.close)
         orch_cfg = OrchestratorConfig(
             concurrency=cfg.rollouts.concurrency,
@@ -194,7 +192,7 @@ class TrainingRun:
         )
         self.eval_orch = Orchestrator(backend, chosen, admin, RunDir(self.root / "eval"), orch_cfg)
         train_tasks, heldout = launch.train_tasks, launch.heldout
-        for note, n in _collapse(self.train_orch.check([*_probe(train_tasks), *_probe(heldout)])):
+        for note, n in _collapse(self.train_orch.check([*train_tasks, *heldout])):
             self.say(f"note ({n} tasks): {note}" if n > 1 else f"note: {note}")
 
     def _start_driver(self, stack: ExitStack, launch: Launch, services: Stack) -> None:
@@ -282,10 +280,10 @@ class TrainingRun:
         from schemas.episode import Episode
 
         wanted = {
-            path.parent.name
+            outcome.rollout_id
             for sub in ("rollouts", "eval")
-            for path in (self.root / sub / "rollouts").glob(f"{self.tag}-*/result.json")
-            if json.loads(path.read_text()).get("status") == "verified"
+            for outcome in RunDir(self.root / sub).outcomes(prefix=f"{self.tag}-")
+            if outcome.status is Status.VERIFIED
         }
         deadline = time.monotonic() + timeout
         with open_reader(log_url, [EPISODES_TOPIC], f"openforge-train-drain-{self.tag}") as reader:
@@ -326,13 +324,6 @@ class TrainingRun:
         self.live.last_step_at = now
         if self.on_update is not None:
             self.on_update()
-
-
-def _probe(tasks: list[Task]) -> list[PlannedRollout]:
-    """One planned rollout per task: what the backend checks before anything runs."""
-    from orchestrator.plan import plan
-
-    return plan(tasks, 1, "check") if tasks else []
 
 
 def _collapse(notes: list[str]) -> list[tuple[str, int]]:

@@ -9,13 +9,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from infra.harnesses import Harness
-from infra.sandbox import BubblewrapSandbox, ProxyEndpoint
+from infra.sandbox import ProxyEndpoint
 from infra.tasks import Task
 from openforge.testing.proxy import RunningProxy, proxy_config, running_proxy
-from orchestrator.local import LocalBackend
+from orchestrator.backend import RunProxy
+from orchestrator.local import LocalConfig
 from orchestrator.plan import plan
+from orchestrator.registry import RolloutBackendConfig, build_backend
 from orchestrator.run import Orchestrator, OrchestratorConfig
-from orchestrator.rundir import RolloutRecord, RunDir
+from orchestrator.rundir import RolloutOutcome, RunDir
 
 # The task fixtures' own verifier tests (run inside sandboxes), not tests of this suite.
 collect_ignore_glob = ["data/*"]
@@ -31,7 +33,7 @@ class Job:
     orchestrator: Orchestrator
     out: Path
 
-    def run(self, tasks: Sequence[Task], n: int = 1) -> list[RolloutRecord]:
+    def run(self, tasks: Sequence[Task], n: int = 1) -> list[RolloutOutcome]:
         return self.orchestrator.run(plan(tasks, n, run_id=self.out.name))
 
 
@@ -43,13 +45,16 @@ def job(
     upstream: str = NO_UPSTREAM,
     concurrency: int = 4,
     max_attempts: int = 1,
+    local: LocalConfig | None = None,
 ) -> Iterator[Job]:
-    """A proxy on ``upstream`` and an orchestrator of ``harness`` on the local backend."""
+    """A proxy on ``upstream`` and an orchestrator of ``harness`` on the local backend (built
+    from its config section ``local``, as the command line builds it)."""
     kw = {} if upstream != NO_UPSTREAM else {"max_model_len": 4096, "upstream_model": "tiny"}
     config = proxy_config(upstream, tmp / "proxy", tokenizer=tiny_model_dir, **kw)
     with running_proxy(config, unix_socket=tmp / "proxy" / "proxy.sock") as proxy:
         assert proxy.unix_socket is not None
-        backend = LocalBackend(BubblewrapSandbox(), ProxyEndpoint(proxy.unix_socket, 8100))
+        run_proxy = RunProxy(proxy.url, ProxyEndpoint(proxy.unix_socket, 8100))
+        backend = build_backend(RolloutBackendConfig(local=local or LocalConfig()), run_proxy)
         orchestrator = Orchestrator(
             backend,
             harness,

@@ -18,7 +18,6 @@ from infra.sandbox import BubblewrapSandbox, ProxyEndpoint
 from infra.tasks import load_task
 from infra.tasks.pip_env import ensure_pip_env
 from orchestrator.local import LocalBackend
-from orchestrator.plan import plan
 from orchestrator.rundir import Status
 from schemas.errors import ConfigError, TaskError
 from tests.orchestrator.conftest import job
@@ -33,7 +32,7 @@ def test_a_typical_harbor_task_scores_1_with_the_oracle_and_0_doing_nothing(
     monkeypatch.setenv("OPENFORGE_CACHE", str(tmp_path / "cache"))  # a cold pip environment
     task = load_task(DATA / "count-errors")
     with job(tmp_path / "oracle", Oracle(), tiny_model_dir) as j:
-        notes = j.orchestrator.check(plan([task], 1, run_id="check"))
+        notes = j.orchestrator.check([task])
         (solved,) = j.run([task])
     with job(tmp_path / "noop", NoOp(), tiny_model_dir) as j2:
         (nothing,) = j2.run([task])

@@ -14,7 +14,15 @@ import threading
 from pathlib import Path
 from typing import ClassVar
 
-from infra.harnesses.base import Endpoint, Invocation, Report, RolloutDirs, SystemHarness
+from infra.harnesses.base import (
+    Capabilities,
+    Endpoint,
+    Invocation,
+    Network,
+    Report,
+    RolloutDirs,
+    SystemHarness,
+)
 from infra.local.kafka import KafkaBroker
 from infra.local.vllm import VLLMServer
 from infra.tasks import load_task
@@ -70,7 +78,9 @@ class Probe(SystemHarness):
     """Runs the probe script as the agent (the rollout key and base URL in its environment)."""
 
     name = "probe"
-    dialect = Dialect.CHAT  # it talks to the proxy, so its sandbox gets the forwarder
+    dialect = Dialect.CHAT
+    # It talks to the proxy, so it says so, and its sandbox gets the forwarder.
+    capabilities = Capabilities(calls_model=True, network=Network.PROXY)
     extra: ClassVar[dict[str, str]] = {}
 
     def invocation(

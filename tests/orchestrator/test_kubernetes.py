@@ -30,7 +30,7 @@ from orchestrator.kube_pod import PodSettings
 from orchestrator.kubernetes import KubeOptions, KubernetesBackend
 from orchestrator.plan import plan
 from orchestrator.run import Orchestrator, OrchestratorConfig
-from orchestrator.rundir import RolloutRecord, RunDir, Status
+from orchestrator.rundir import RolloutOutcome, RunDir, Status
 from pipeline.jobs import Outputs, run_streaming
 from schemas.archive import read_archive
 from schemas.episode import Episode
@@ -59,14 +59,14 @@ class KubeJob:
     orchestrator: Orchestrator
     core: Any
 
-    def start(self, tasks: list[Task], n: int = 1) -> Callable[[], list[RolloutRecord]]:
+    def start(self, tasks: list[Task], n: int = 1) -> Callable[[], list[RolloutOutcome]]:
         """Run the plan in a thread; returns a function that waits for the records."""
-        out: list[list[RolloutRecord]] = []
+        out: list[list[RolloutOutcome]] = []
         planned = plan(tasks, n, run_id=self.backend.run_id)
         thread = threading.Thread(target=lambda: out.append(self.orchestrator.run(planned)))
         thread.start()
 
-        def join() -> list[RolloutRecord]:
+        def join() -> list[RolloutOutcome]:
             thread.join(timeout=120)
             assert not thread.is_alive() and out, "the orchestrator did not finish"
             return out[0]
@@ -263,7 +263,7 @@ def test_a_task_the_backend_cannot_lay_out_is_refused_before_anything_starts(
     )
     with kube_job(tmp_path / "j", local_kube, core, NoOp(), tiny_model_dir) as job:
         with pytest.raises(ConfigError, match="does not build images"):
-            job.orchestrator.check(plan([load_task(pip.path)], 1, run_id="r"))
+            job.orchestrator.check([load_task(pip.path)])
         assert job.pods() == []
 
 

@@ -3,6 +3,7 @@ cancellation that leaves nothing running. Real sandboxes, real proxy, real event
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 import time
@@ -13,15 +14,17 @@ import pytest
 from infra.harnesses import NoOp
 from infra.harnesses.base import Endpoint, Invocation, RolloutDirs
 from infra.local.process import processes_of
+from infra.sandbox.bubblewrap import bwrap_binary
 from infra.tasks import load_dataset, load_task
 from openforge.testing.proxy import read_events
+from orchestrator.local import LocalConfig
 from orchestrator.plan import plan
 from orchestrator.rundir import Status
 from pipeline.jobs import Outputs, run_streaming
 from schemas.archive import read_archive
 from schemas.enums import RolloutPhase
 from schemas.episode import Episode
-from schemas.errors import ConfigError
+from schemas.errors import ConfigError, SetupError
 from schemas.rollout import RolloutEvent
 from tests.orchestrator.conftest import EXAMPLES, job
 
@@ -82,6 +85,49 @@ def test_an_infrastructure_failure_is_retried_counted_and_dead_lettered(
     assert all((d.dead_letter or "").startswith("infrastructure failure: ") for d in dead)
 
 
+def test_a_missing_sandbox_tool_fails_the_run_once_before_any_rollout(
+    tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    task = load_task(_task(tmp_path / "t", "#!/bin/bash\necho 1 > /logs/verifier/reward.txt\n"))
+    missing = tmp_path / "no-such-bwrap"
+    local = LocalConfig(bwrap=missing)
+    with job(tmp_path / "job", NoOp(), tiny_model_dir, max_attempts=3, local=local) as j:
+        with pytest.raises(SetupError, match=f"bubblewrap not found at {missing}.*scripts/setup"):
+            j.run([task], n=4)
+        counts = j.orchestrator.counts
+        assert read_events(j.proxy.config.log_url, want=1, timeout=2) == []  # nothing queued
+    assert (counts.planned, counts.infra_failures, counts.gave_up) == (0, 0, 0)
+    assert list((j.out / "rollouts").iterdir()) == []
+
+
+def test_a_set_up_error_met_mid_run_stops_the_run_without_retries(
+    tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    task = load_task(_task(tmp_path / "t", "#!/bin/bash\necho 1 > /logs/verifier/reward.txt\n"))
+    bwrap = tmp_path / "bwrap"
+    bwrap.symlink_to(bwrap_binary())
+    local = LocalConfig(bwrap=bwrap)
+    with job(
+        tmp_path / "job", NoOp(), tiny_model_dir, concurrency=1, max_attempts=3, local=local
+    ) as j:
+        j.orchestrator.check([task])  # bubblewrap is there: the preflight passes
+        bwrap.unlink()  # ... and then it is gone
+        with pytest.raises(SetupError, match="bubblewrap not found"):
+            j.run([task], n=2)
+        j.proxy.flush()
+        events = [e for e in read_events(j.proxy.config.log_url) if isinstance(e, RolloutEvent)]
+        counts = j.orchestrator.counts
+    first, second = (p.rollout_id(1) for p in plan([task], 2, run_id=j.out.name))
+    assert (counts.infra_failures, counts.gave_up, counts.cancelled) == (0, 0, 1)
+    assert [p.name for p in (j.out / "rollouts").iterdir()] == [first]  # one attempt, no -a2
+    summary = {r["rollout_id"]: r for r in json.loads((j.out / "summary.json").read_text())}
+    assert summary[first]["status"] == "infra_failed" and summary[first]["attempt"] == 1
+    assert "bubblewrap not found" in summary[first]["message"]
+    assert summary[second]["status"] == "cancelled"
+    assert [e.phase for e in events if e.rollout_id == first][-1] is RolloutPhase.INFRA_FAILED
+    assert [e.phase for e in events if e.rollout_id == second] == [RolloutPhase.QUEUED]
+
+
 class Sleeper(NoOp):
     """An agent that never finishes on its own (and starts a background process too)."""
 
@@ -117,8 +163,9 @@ def test_cancellation_mid_run_leaves_nothing_running(tiny_model_dir: Path, tmp_p
 def test_the_local_backend_refuses_what_it_cannot_provide(tmp_path: Path) -> None:
     from infra.harnesses import Oracle
     from infra.sandbox import BubblewrapSandbox, ProxyEndpoint
+    from orchestrator.backend import RolloutBackendName, RunProxy
     from orchestrator.local import LocalBackend
-    from orchestrator.registry import ROLLOUT_BACKENDS
+    from orchestrator.registry import ROLLOUT_BACKENDS, RolloutBackendConfig, build_backend
 
     root = _task(tmp_path / "imaged", "#!/bin/bash\n")
     toml = root / "task.toml"
@@ -132,3 +179,12 @@ def test_the_local_backend_refuses_what_it_cannot_provide(tmp_path: Path) -> Non
         ConfigError, match="unknown rollout backend 'k8s': choose one of kubernetes, local"
     ):
         ROLLOUT_BACKENDS.get("k8s")
+    with pytest.raises(ConfigError, match="unknown rollout backend 'k8s': choose one of"):
+        RolloutBackendConfig(name="k8s")  # type: ignore[arg-type]
+    # Every backend is registered and has its own config section, named as it is.
+    assert ROLLOUT_BACKENDS.names() == sorted(RolloutBackendName)
+    sections = [RolloutBackendConfig(name=n).section() for n in RolloutBackendName]
+    assert len({type(s) for s in sections}) == len(RolloutBackendName)
+    # Sandboxes reach the proxy through its socket only: a proxy without one is refused.
+    with pytest.raises(ConfigError, match="--proxy-socket"):
+        build_backend(RolloutBackendConfig(), RunProxy("http://127.0.0.1:8100"))

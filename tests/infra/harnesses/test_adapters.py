@@ -12,15 +12,19 @@ from pathlib import Path
 import pytest
 
 from infra.harnesses import (
+    HARNESSES,
     Agent,
+    Capabilities,
     ClaudeCode,
     Codex,
     Endpoint,
+    Network,
     OpenClaw,
     Oracle,
     RolloutDirs,
     agent_main,
     harness,
+    model_harnesses,
 )
 from schemas.enums import Dialect
 from schemas.errors import ConfigError, SetupError
@@ -175,3 +179,17 @@ def test_oracle_runs_the_solution_in_the_workspace(dirs: RolloutDirs) -> None:
     assert "ofk-secret" not in inv.env.values() and Oracle.dialect is None
     assert Oracle().report("step\nwrote hello.txt\n\n").final_message == "wrote hello.txt"
     assert Oracle().report("").final_message is None and Oracle().version == "1"
+
+
+def test_every_harness_declares_what_it_needs_from_a_backend() -> None:
+    """Backends read these declarations, never a harness's name."""
+    for name in HARNESSES:
+        needs = HARNESSES[name].capabilities
+        # A harness that calls a model speaks a dialect to the proxy, and reaches the proxy.
+        assert needs.calls_model == (HARNESSES[name].dialect is not None), name
+        assert needs.calls_model <= (needs.network is Network.PROXY), name
+    assert model_harnesses() == ["agent", "claude-code", "codex", "openclaw"]
+    assert Oracle.capabilities == Capabilities(False, Network.NONE, runs_solution=True)
+    assert [n for n in HARNESSES if HARNESSES[n].capabilities.runs_solution] == ["oracle"]
+    with pytest.raises(ConfigError, match="needs network = 'proxy'"):
+        Capabilities(calls_model=True, network=Network.NONE)
