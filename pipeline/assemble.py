@@ -40,6 +40,9 @@ _FLAGS_CODER = TupleCoder([StrUtf8Coder(), BooleanCoder(), BooleanCoder(), Boole
 _FRAME_CODER = TupleCoder([VarIntCoder(), BytesCoder()])
 
 
+_STATUS = {status.value: status for status in Status}
+
+
 def _now_us() -> int:
     return time.time_ns() // 1000
 
@@ -58,7 +61,7 @@ class _BeamStore:
         if value is None:
             return Flags()
         status, finished, rewarded, began = value
-        return Flags(Status(status), finished, rewarded, began)
+        return Flags(_STATUS[status], finished, rewarded, began)
 
     def write_flags(self, flags: Flags) -> None:
         self._cell.write((flags.status.value, flags.finished, flags.rewarded, flags.began))

@@ -245,16 +245,17 @@ class RolloutMachine:
             # reopen, with the deadline it had. Its episode supersedes the dead letter sent.
             self.count(Count.REOPENED, 1)
             flags = flags.to(Status.OPEN)
-        store.add_frame(at_us if arrival.began else 0, frame)
+        began = arrival.began
+        store.add_frame(at_us if began else 0, frame)
         failure = arrival.infra_failure()
         if failure is not None:  # no reward will come: the orchestrator retries it as another
             return [self._infra_failed(store, rollout_id, flags, failure)]
-        if arrival.began and (not flags.began or before.status is Status.CLOSED):
+        if began and (not flags.began or before.status is Status.CLOSED):
             store.set_deadline(max(latest, at_us) + self.lateness_us)
         flags = flags._replace(
             finished=flags.finished or arrival.finished,
             rewarded=flags.rewarded or arrival.reward,
-            began=flags.began or arrival.began,
+            began=flags.began or began,
         )
         out, flags = self._ready(store, rollout_id, flags, at_us)
         if flags != before:
