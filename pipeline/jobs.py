@@ -183,10 +183,10 @@ def _counters(result: Any) -> dict[str, int]:
 @contextmanager
 def _in_process_state_cache(opts: PipelineOptions) -> Iterator[None]:
     """The SDK state cache of an in-process runner: ``--max_cache_memory_usage_mb``, 0 (off)
-    by default. FnApiRunner's embedded worker ignores the option and sizes its cache by
-    ``worker_handlers.STATE_CACHE_SIZE_MB`` (100 MB); the cache walks every value it stores with
-    objsize, whose fixed cost (~0.7 ms a call here, a scan of every loaded module's globals) made
-    it a third of the streaming job's time, while the state it saves reads is in this process."""
+    by default, restored after the run. FnApiRunner's embedded worker ignores the option and
+    sizes its cache by ``worker_handlers.STATE_CACHE_SIZE_MB`` (100 MB); the cache sizes every
+    value it stores with objsize, a fixed cost per state write (measured in bench/RESULTS.md,
+    "After the cuts"), while the state whose reads it saves is in this process anyway."""
     if runner_name(opts) not in _IN_PROCESS:
         yield
         return

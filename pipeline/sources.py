@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +27,7 @@ from apache_beam.metrics.metric import Metrics
 from apache_beam.transforms.window import TimestampedValue
 from apache_beam.utils.timestamp import Duration, Timestamp
 
-from infra.eventlog import EVENTS_TOPIC, EventLogReader, open_reader
+from infra.eventlog import EVENTS_TOPIC, EventLogReader, PartitionBatch, open_reader
 from pipeline.offsets import END, END_OFFSETS, OPEN_SPLITS, LogRanges, Partition
 from schemas.archive import archive_files
 from schemas.codec import REGISTRY, decode_batch, encode_message, record_type
@@ -80,7 +80,6 @@ class _ReadPartitionFn(beam.DoFn):
         ),
     ) -> Iterator[Any]:
         part: Partition = tuple(element)  # type: ignore[assignment]
-        url, topic, partition = part
         restriction = tracker.current_restriction()
         start, stop = restriction.start, restriction.stop
         if OPEN_SPLITS.primary_running(part, start):  # read after it (see pipeline.offsets)
@@ -91,33 +90,64 @@ class _ReadPartitionFn(beam.DoFn):
         # A residual may start past the end the reader last saw (a split at the end estimate):
         # there is nothing to read there yet, and reading past the end is an error: wait.
         beyond = start > END_OFFSETS.get(part) and start > END_OFFSETS.get(part, refresh=True)
-        records: tuple[Any, ...] = ()
-        caught_up = True
+        idle = True  # caught up, and nothing emitted in this call
         if not beyond:
-            want = max(1, min(self.records_per_call, stop - start))
-            batch = self._reader(url).read(topic, partition, start, want, timeout=self.poll_s)
-            END_OFFSETS.note(part, batch.end_offset)
-            records, caught_up = batch.records, batch.caught_up
-            for record in records:
-                if not tracker.try_claim(record.offset):
-                    self.records.inc(records.index(record))
-                    self._end_at_split(part, tracker)
-                    return  # split: the rest of the range belongs to another restriction
-                ts = Timestamp(micros=record.timestamp_ms * 1000)
-                current = watermark.current_watermark()
-                if current is None or ts > current:
-                    watermark.set_watermark(ts)
-                yield TimestampedValue(((record.key or b"").decode(), record.value), ts)
-            self.records.inc(len(records))
-            whole = batch.next_offset >= stop or (caught_up and batch.end_offset >= stop)
-            if stop != END and whole:
-                # Finite range (made so by a split), read to its stop or every offset in it
-                # written: done, even where offsets carry no record (Kafka's transaction markers).
-                if batch.next_offset < stop:
-                    tracker.try_claim(stop - 1)
+            batch = self._read(part, start, stop)
+            idle = batch.caught_up and not batch.records
+            if (yield from self._emit(part, batch, stop, tracker, watermark)):
+                return  # the restriction is done
+        self._checkpoint(part, stop, tracker, watermark, now, idle, beyond)
+
+    def _read(self, part: Partition, start: int, stop: int) -> PartitionBatch:
+        """The next records of the restriction ``[start, stop)``; notes the end offset seen."""
+        url, topic, partition = part
+        want = max(1, min(self.records_per_call, stop - start))
+        batch = self._reader(url).read(topic, partition, start, want, timeout=self.poll_s)
+        END_OFFSETS.note(part, batch.end_offset)
+        return batch
+
+    def _emit(
+        self, part: Partition, batch: PartitionBatch, stop: int, tracker: Any, watermark: Any
+    ) -> Generator[Any, None, bool]:
+        """Claim and emit each record of ``batch`` at its offset, stamped with its record time
+        (the watermark follows it); True where the restriction is done: split off before a
+        record, or a finite range read to its stop."""
+        records = batch.records
+        for record in records:
+            if not tracker.try_claim(record.offset):
+                self.records.inc(records.index(record))
                 self._end_at_split(part, tracker)
-                return
-        if records or not caught_up:
+                return True  # split: the rest of the range belongs to another restriction
+            ts = Timestamp(micros=record.timestamp_ms * 1000)
+            current = watermark.current_watermark()
+            if current is None or ts > current:
+                watermark.set_watermark(ts)
+            yield TimestampedValue(((record.key or b"").decode(), record.value), ts)
+        self.records.inc(len(records))
+        whole = batch.next_offset >= stop or (batch.caught_up and batch.end_offset >= stop)
+        if stop != END and whole:
+            # Finite range (made so by a split), read to its stop or every offset in it
+            # written: done, even where offsets carry no record (Kafka's transaction markers).
+            if batch.next_offset < stop:
+                tracker.try_claim(stop - 1)
+            self._end_at_split(part, tracker)
+            return True
+        return False
+
+    def _checkpoint(
+        self,
+        part: Partition,
+        stop: int,
+        tracker: Any,
+        watermark: Any,
+        now: float,
+        idle: bool,
+        beyond: bool,
+    ) -> None:
+        """End a call that did not finish the restriction ``[..., stop)``: close it after
+        ``stop_when_idle_s`` without new records; else, where the call was ``idle`` (caught up,
+        nothing emitted), advance the watermark to about now; then resume at once."""
+        if not idle:
             self._idle_since[part] = now
         idle_since = self._idle_since.setdefault(part, now)
         if self.stop_when_idle_s is not None and now - idle_since >= self.stop_when_idle_s:
@@ -125,7 +155,7 @@ class _ReadPartitionFn(beam.DoFn):
             return
         # Caught up, and nothing emitted in this call (so no element of it can fall behind):
         # event time may advance to about now.
-        if caught_up and not records:
+        if idle:
             current = watermark.current_watermark()
             idle_mark = Timestamp.of(now - 1.0)
             if current is None or idle_mark > current:

@@ -11,7 +11,13 @@ import openai
 from infra.eventlog import DEAD_LETTER_TOPIC, EPISODES_TOPIC, EVENTS_TOPIC, open_reader, open_writer
 from infra.local.kafka import KafkaBroker
 from infra.local.vllm import VLLMServer
-from openforge.testing.proxy import completions_of, proxy_config, read_events, running_proxy
+from openforge.testing.proxy import (
+    RunningProxy,
+    completions_of,
+    proxy_config,
+    read_events,
+    running_proxy,
+)
 from openforge.testing.rollouts import make_rollout
 from pipeline.jobs import Outputs, run_replay, run_streaming
 from schemas.archive import read_archive
@@ -97,43 +103,48 @@ def test_streaming_from_the_local_log_and_replay_from_the_archive_agree(tmp_path
     }
 
 
+def _converse(p: RunningProxy, rollout: str) -> None:
+    """Three turns of a chat through the proxy ``p``, then the rollout's reward and its end."""
+    info = p.register(rollout, task_id="task-e2e", group_id="g1", harness="sdk")
+    client = openai.OpenAI(base_url=f"{p.url}/v1", api_key=info["api_key"])
+    history: list[dict[str, str]] = [{"role": "user", "content": "Write hello to a file."}]
+    for turn in range(3):
+        answer = client.chat.completions.create(
+            model="agent",
+            messages=history,  # type: ignore[arg-type]
+            max_tokens=12,
+            temperature=1.0,
+            seed=turn,
+        )
+        history += [
+            {"role": "assistant", "content": answer.choices[0].message.content or ""},
+            {"role": "user", "content": f"Next step {turn}."},
+        ]
+    import httpx
+
+    assert (
+        httpx.post(
+            f"{p.url}/rollout/{rollout}/reward", json={"reward": 1.0}, headers=p.admin_headers
+        ).status_code
+        == 201
+    )
+    assert (
+        httpx.post(
+            f"{p.url}/admin/rollouts/{rollout}/finish",
+            json={"exit_code": 0},
+            headers=p.admin_headers,
+        ).status_code
+        == 200
+    )
+
+
 def test_proxy_to_kafka_to_pipeline_to_episodes_topic(
     vllm_server: VLLMServer, kafka_broker: KafkaBroker, tmp_path: Path
 ) -> None:
     rollout = f"e2e-{uuid.uuid4().hex[:6]}"
     config = proxy_config(vllm_server.base_url, tmp_path, log_url=kafka_broker.url)
     with running_proxy(config) as p:
-        info = p.register(rollout, task_id="task-e2e", group_id="g1", harness="sdk")
-        client = openai.OpenAI(base_url=f"{p.url}/v1", api_key=info["api_key"])
-        history: list[dict[str, str]] = [{"role": "user", "content": "Write hello to a file."}]
-        for turn in range(3):
-            answer = client.chat.completions.create(
-                model="agent",
-                messages=history,  # type: ignore[arg-type]
-                max_tokens=12,
-                temperature=1.0,
-                seed=turn,
-            )
-            history += [
-                {"role": "assistant", "content": answer.choices[0].message.content or ""},
-                {"role": "user", "content": f"Next step {turn}."},
-            ]
-        import httpx
-
-        assert (
-            httpx.post(
-                f"{p.url}/rollout/{rollout}/reward", json={"reward": 1.0}, headers=p.admin_headers
-            ).status_code
-            == 201
-        )
-        assert (
-            httpx.post(
-                f"{p.url}/admin/rollouts/{rollout}/finish",
-                json={"exit_code": 0},
-                headers=p.admin_headers,
-            ).status_code
-            == 200
-        )
+        _converse(p, rollout)
         p.flush()
     calls = completions_of(read_events(kafka_broker.url, group=f"{rollout}-check", want=5), rollout)
     assert len(calls) == 3
