@@ -21,8 +21,9 @@ from proxy.attribution import attribute, read_body
 from proxy.dialects.base import Dialect, StreamEncoder, error_response
 from proxy.errors import ProxyError
 from proxy.generation import Delta, GenerationStream
-from proxy.lifecycle import CallLifecycle, count_rejected
-from proxy.state import ProxyState, now_us
+from proxy.lifecycle import CallLifecycle
+from proxy.recording import now_us
+from proxy.state import ProxyState
 from proxy.toolparse import TextDelta
 
 SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
@@ -107,7 +108,7 @@ async def handle(state: ProxyState, request: Request, dialect: Dialect) -> Respo
         body = await read_body(state, request)
         req = dialect.parse(body)
     except ProxyError as exc:
-        count_rejected(state, dialect, exc)
+        state.metrics.count_rejected(dialect.name.value, exc.status)
         return error_response(exc, dialect)
     lifecycle = CallLifecycle(state, dialect, rollout, req, body, received)
     try:

@@ -7,7 +7,7 @@ every match in a string by ``[REDACTED:NAME]``; a pattern with a group named ``s
 only that group (``Bearer [REDACTED:bearer_token]``). JSON values are redacted string by string
 (object keys too), so a redacted body is still valid JSON of the same shape.
 
-What is redacted (:mod:`proxy.recording`, :mod:`proxy.state`): a completion event's request and
+What is redacted (:mod:`proxy.recording`): a completion event's request and
 response bodies, ``model``, ``error`` and stop strings; a rollout event's ``message`` and
 metadata values; a reward event's ``verifier_output``. What is never changed: token ids,
 logprobs and policy-version spans. **Token ids are the training data**: a secret that was in a
