@@ -19,8 +19,9 @@
 ``/admin/*`` and rewards need the admin token (:mod:`proxy.credentials`); a rollout's own key
 is refused there, so an agent cannot score itself. Each handler takes the state and the request
 and raises ProxyError for a bad request (the app renders it). Admin bodies are held to
-``max_admin_body_bytes``. A route that records answers only once its record is durable, and
-503 while the publisher cannot record (as calls do).
+``max_admin_body_bytes``. A route that records answers only once its own record is durable (its
+receipt, not everything published before it), 503 if that takes longer than ``record_timeout``,
+and 503 while the publisher cannot record (as calls do), before anything changes.
 """
 
 from __future__ import annotations
@@ -29,14 +30,16 @@ import math
 import uuid
 from typing import Any
 
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from proxy.attribution import read_body, request_key
 from proxy.credentials import check_admin
 from proxy.errors import ProxyError
-from proxy.state import ProxyState, now_us
+from proxy.recording import now_us
+from proxy.rollouts import Rollout
+from proxy.state import ProxyState
 from schemas.enums import RolloutPhase
 from schemas.reward import RewardEvent
 
@@ -94,8 +97,8 @@ async def reward(state: ProxyState, request: Request) -> Response:
         verifier=body.get("verifier"),
         verifier_output=body.get("verifier_output"),
     )
-    state.check_recording()
-    await state.recorded(state.publish([event], live or done))
+    state.recorder.check()
+    await state.recorder.durable(state.recorder.reward(event, live or done))
     return JSONResponse({"event_id": event.event_id, "rollout_id": rollout_id}, status_code=201)
 
 
@@ -119,8 +122,8 @@ async def create_rollout(state: ProxyState, request: Request) -> Response:
     record = body.get("record", True)
     if not isinstance(record, bool):
         raise ProxyError(400, "'record' must be true or false", param="record")
-    state.check_recording()
-    rollout = state.start_rollout(
+    state.recorder.check()
+    rollout = state.rollouts.create(
         rollout_id,
         mint_key=bool(body.get("mint_key", True)),
         task_id=_opt_str(body, "task_id"),
@@ -130,7 +133,7 @@ async def create_rollout(state: ProxyState, request: Request) -> Response:
         metadata={str(k): str(v) for k, v in metadata.items()},
         record=record,
     )
-    await state.recorded()
+    await state.recorder.durable(state.recorder.started(rollout))
     return JSONResponse(
         {
             "rollout_id": rollout.rollout_id,
@@ -167,16 +170,27 @@ async def finish_rollout(state: ProxyState, request: Request) -> Response:
     ):
         exit_code = raw_code
     backend, message = _opt_str(body, "backend"), _opt_str(body, "message")
-    state.check_recording()
-    state.finish_rollout(
-        rollout,
-        phase,
-        backend=backend,
-        exit_code=exit_code,
-        message=message,
-    )
-    await state.recorded()
+    state.recorder.check()
+    await _end(state, rollout, phase, backend=backend, exit_code=exit_code, message=message)
     return JSONResponse({"rollout_id": rollout.rollout_id, "phase": phase.value})
+
+
+async def _end(
+    state: ProxyState,
+    rollout: Rollout,
+    phase: RolloutPhase,
+    *,
+    backend: str | None,
+    message: str | None,
+    exit_code: int | None = None,
+) -> None:
+    """Record the rollout's end and evict it from the live rollouts (a late reward still finds
+    it, :meth:`RolloutRegistry.finish`); return once that record is durable."""
+    receipt = state.recorder.ended(
+        rollout, phase, backend=backend, exit_code=exit_code, message=message
+    )
+    state.rollouts.finish(rollout, phase)
+    await state.recorder.durable(receipt)
 
 
 # Phases the orchestrator reports beside the proxy's own (started on registration, the agent's
@@ -203,12 +217,11 @@ async def record_phase(state: ProxyState, request: Request) -> Response:
     fields = {
         n: _opt_str(body, n) for n in ("task_id", "group_id", "harness", "backend", "message")
     }
-    state.check_recording()
+    state.recorder.check()
     if live is not None and phase is RolloutPhase.INFRA_FAILED:
-        state.finish_rollout(live, phase, backend=fields["backend"], message=fields["message"])
-        await state.recorded()
+        await _end(state, live, phase, backend=fields["backend"], message=fields["message"])
         return JSONResponse({"rollout_id": rollout_id, "phase": phase.value}, status_code=201)
-    state.publish_phase(
+    receipt = state.recorder.phase(
         rollout_id,
         phase,
         live or done,
@@ -219,7 +232,7 @@ async def record_phase(state: ProxyState, request: Request) -> Response:
         message=fields["message"],
         metadata={str(k): str(v) for k, v in metadata.items()},
     )
-    await state.recorded()
+    await state.recorder.durable(receipt)
     return JSONResponse({"rollout_id": rollout_id, "phase": phase.value}, status_code=201)
 
 
@@ -231,7 +244,6 @@ async def policy(state: ProxyState, request: Request) -> Response:
         if not isinstance(version, int) or isinstance(version, bool) or not 0 <= version < 2**63:
             raise ProxyError(400, "'version' must be an integer from 0 to 2^63-1", param="version")
         state.policy_version = version
-        state.metrics.policy_version.set(version)
     return JSONResponse(
         {
             "version": state.policy_version,
@@ -241,11 +253,12 @@ async def policy(state: ProxyState, request: Request) -> Response:
 
 
 def _pause_state(state: ProxyState) -> dict[str, Any]:
+    gate = state.gate
     return {
-        "paused": state.paused,
-        "resumes_in_s": state.resumes_in(),
-        "auto_resumes": state.auto_resumes,
-        "in_flight": state.in_flight,
+        "paused": gate.paused,
+        "resumes_in_s": gate.resumes_in(),
+        "auto_resumes": gate.auto_resumes,
+        "in_flight": gate.in_flight,
     }
 
 
@@ -264,38 +277,32 @@ async def pause(state: ProxyState, request: Request) -> Response:
     drain = body.get("drain_s")
     if drain is not None and (not _finite_number(drain) or not 0 <= drain <= 86_400):
         raise ProxyError(400, "'drain_s' must be seconds, from 0 to 86400", param="drain_s")
-    state.pause(float(timeout))
+    state.gate.pause(float(timeout))
     if drain is not None:
-        await state.drain(float(drain))
+        await state.gate.drain(float(drain))
     return JSONResponse(_pause_state(state))
 
 
 async def resume(state: ProxyState, request: Request) -> Response:
     require_admin(state, request)
-    state.unpause()
+    state.gate.unpause()
     return JSONResponse(_pause_state(state))
 
 
 async def health(state: ProxyState, request: Request) -> Response:
     """``ok`` (200), or 503 with the reason while new calls cannot be recorded in time."""
-    stats, problem = state.publisher.stats, state.publisher.problem()
+    problem = state.recorder.problem()
     return JSONResponse(
         {
             "status": "ok" if problem is None else "unavailable",
             "problem": problem,
             "rollouts": len(state.rollouts),
             "finished_rollouts": state.rollouts.finished_count,
-            "events": {
-                "published": stats.published,
-                "spooled": stats.spooled,
-                "dead_lettered": stats.dead_lettered,
-                "pending": state.publisher.pending,
-                "worker_errors": stats.worker_errors,
-            },
+            "events": state.recorder.counts(),
         },
         status_code=200 if problem is None else 503,
     )
 
 
 async def metrics(state: ProxyState, request: Request) -> Response:
-    return Response(generate_latest(state.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+    return Response(state.metrics.exposition(), media_type=CONTENT_TYPE_LATEST)

@@ -160,7 +160,7 @@ def create_app(
             config, renderer, upstream, publisher, max_len, metrics=metrics, message_limit=limit
         )
         # Move everything loaded so far (torch, transformers, ...) out of the cyclic collector's
-        # reach: full collections over millions of start-up objects stalled requests ~200 ms.
+        # reach: full collections over millions of start-up objects stalled requests.
         gc.freeze()
         try:
             yield

@@ -51,6 +51,15 @@ def _finished(rollout_id: str) -> ProxyError:
     )
 
 
+def _register(state: ProxyState, rollout_id: str) -> Rollout:
+    """Register the rollout a call names (auto-register, open mode) and record its start. The
+    call does not wait for that record: its own record is published after it, and the publisher
+    keeps their order."""
+    rollout = state.rollouts.create(rollout_id, mint_key=False)
+    state.recorder.started(rollout)
+    return rollout
+
+
 def _live_or_new(state: ProxyState, rollout_id: str) -> Rollout:
     """The live rollout ``rollout_id``, registering it if it is new (410 if it finished)."""
     rollout = state.rollouts.get(rollout_id)
@@ -58,7 +67,7 @@ def _live_or_new(state: ProxyState, rollout_id: str) -> Rollout:
         return rollout
     if state.rollouts.finished(rollout_id) is not None:
         raise _finished(rollout_id)
-    return state.start_rollout(rollout_id, mint_key=False)
+    return _register(state, rollout_id)
 
 
 def attribute(state: ProxyState, request: Request) -> Rollout:
@@ -93,7 +102,7 @@ def attribute(state: ProxyState, request: Request) -> Rollout:
                     "POST /admin/rollouts (or start the proxy with --auto-register)",
                     code="rollout_not_found",
                 )
-            rollout = state.start_rollout(path_id, mint_key=False)
+            rollout = _register(state, path_id)
         if state.config.require_keys and rollout.api_key and key_rollout is None:
             raise ProxyError(401, "this rollout requires its key", code="invalid_api_key")
         return rollout

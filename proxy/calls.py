@@ -21,8 +21,9 @@ from proxy.attribution import attribute, read_body
 from proxy.dialects.base import Dialect, StreamEncoder, error_response
 from proxy.errors import ProxyError
 from proxy.generation import Delta, GenerationStream
-from proxy.lifecycle import CallLifecycle, count_rejected
-from proxy.state import ProxyState, now_us
+from proxy.lifecycle import CallLifecycle
+from proxy.recording import now_us
+from proxy.state import ProxyState
 from proxy.toolparse import TextDelta
 
 SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
@@ -33,8 +34,7 @@ class CallStream(StreamingResponse):
     last byte, a disconnect, an error), it closes the body and runs the lifecycle's exit.
 
     It streams in the request's own task; one small task waits for the client's disconnect and
-    cancels the stream (Starlette's task group and cancel scopes per response cost more than
-    the rest of a short answer's streaming)."""
+    cancels the stream (instead of Starlette's task group and cancel scopes per response)."""
 
     def __init__(self, body: AsyncGenerator[bytes, None], exit_: contextlib.AsyncExitStack):
         super().__init__(body, media_type="text/event-stream", headers=SSE_HEADERS)
@@ -107,7 +107,7 @@ async def handle(state: ProxyState, request: Request, dialect: Dialect) -> Respo
         body = await read_body(state, request)
         req = dialect.parse(body)
     except ProxyError as exc:
-        count_rejected(state, dialect, exc)
+        state.metrics.count_rejected(dialect.name.value, exc.status)
         return error_response(exc, dialect)
     lifecycle = CallLifecycle(state, dialect, rollout, req, body, received)
     try:

@@ -119,32 +119,47 @@ class ContinuityTracker:
         return best
 
     def plan(self, req: CallRequest, renderer: Renderer) -> Plan:
-        msgs, tools = req.messages, req.tools
+        """The call's plan: the thread it continues (a new one if it continues none), how it
+        relates to that thread's last call, and its prompt ids."""
         if self.main_model is None and req.tools:
             self.main_model = req.model
-        thread = self._match(msgs)
+        thread = self._match(req.messages)
+        if thread is None or thread.last is None:
+            return self._new_thread(req, renderer)
+        return self._next_call(thread, thread.last, req, renderer)
+
+    def _new_thread(self, req: CallRequest, renderer: Renderer) -> Plan:
+        """A call that continues no thread: a first call, a compacted conversation, a sub-agent
+        or a side call (another model, or no tools once the main model is known)."""
+        msgs = req.messages
+        side = (self.main_model is not None and req.model != self.main_model) or (
+            not req.tools and self.main_model is not None
+        )
+        continuity = ContinuityClass.FIRST
+        recent = next((t for t in reversed(self.threads) if not t.side_call and t.last), None)
+        if not side and recent is not None and recent.last is not None:
+            # Same system prompt, fewer messages than the history it replaces: the harness
+            # compacted the conversation. Other new threads are sub-agents.
+            expected, head = recent.last.expected(), leading_system(msgs)
+            if head and msgs[:head] == expected[:head] and len(msgs) < len(expected):
+                continuity = ContinuityClass.COMPACTED
+        thread = Thread(f"{self.rollout_id}/t{len(self.threads)}", side_call=side)
+        self.threads.append(thread)
+        parent = self.last_event_id if len(self.threads) > 1 and not side else None
+        prompt = renderer.prompt_ids(msgs, req.tools)
+        return Plan(thread, continuity, prompt, parent_event_id=parent, tools=req.tools)
+
+    def _next_call(
+        self, thread: Thread, last: LastCall, req: CallRequest, renderer: Renderer
+    ) -> Plan:
+        """A call in ``thread``: a retry of its last call, its exact continuation (the last
+        prompt and completion ids reused, only the new messages rendered) or, rendered in full,
+        a mismatch classified."""
+        msgs, tools = req.messages, req.tools
 
         def rendered() -> list[int]:
-            return renderer.prompt_ids(msgs, req.tools)
+            return renderer.prompt_ids(msgs, tools)
 
-        if thread is None or thread.last is None:
-            side = (self.main_model is not None and req.model != self.main_model) or (
-                not req.tools and self.main_model is not None
-            )
-            continuity = ContinuityClass.FIRST
-            recent = next((t for t in reversed(self.threads) if not t.side_call and t.last), None)
-            if not side and recent is not None and recent.last is not None:
-                # Same system prompt, fewer messages than the history it replaces: the harness
-                # compacted the conversation. Other new threads are sub-agents.
-                expected, head = recent.last.expected(), leading_system(msgs)
-                if head and msgs[:head] == expected[:head] and len(msgs) < len(expected):
-                    continuity = ContinuityClass.COMPACTED
-            thread = Thread(f"{self.rollout_id}/t{len(self.threads)}", side_call=side)
-            self.threads.append(thread)
-            parent = self.last_event_id if len(self.threads) > 1 and not side else None
-            return Plan(thread, continuity, rendered(), parent_event_id=parent, tools=tools)
-
-        last = thread.last
         if msgs == last.messages:  # the same turn again
             same_tools = tools == last.tools
             return Plan(
@@ -172,7 +187,7 @@ class ContinuityTracker:
             and msgs[: len(expected)] == expected
         ):
             suffix = renderer.continuation(
-                last.messages, last.assistant, last.completion_ids, msgs, req.tools
+                last.messages, last.assistant, last.completion_ids, msgs, tools
             )
             if suffix is not None:
                 return Plan(

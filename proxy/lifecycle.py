@@ -34,20 +34,18 @@ from proxy.dialects.base import Dialect, ResponseMeta, new_id
 from proxy.errors import ProxyError
 from proxy.generation import GenerationStream
 from proxy.publisher import Receipt
-from proxy.recording import CallContext, completion_event, new_event_id
+from proxy.recording import CallContext, new_event_id, now_us
 from proxy.rollouts import Rollout
-from proxy.state import ProxyState, now_us
+from proxy.stages import Stage, Step, advance, exit_steps
+from proxy.state import ProxyState
 from schemas.enums import CompletionStatus
 
 
-def count_rejected(state: ProxyState, dialect: Dialect, error: ProxyError) -> None:
-    """Count a call refused before it got a slot (attribution, body, parse, pause, limit)."""
-    state.metrics.calls.labels(dialect.name.value, str(error.status)).inc()
-    state.metrics.errors.labels("rejected").inc()
-
-
 class CallLifecycle:
-    """A call from admission to its completion event. Not reusable: one ``async with`` each."""
+    """A call from admission to its completion event. Not reusable: one ``async with`` each.
+
+    Its :attr:`stage` follows :mod:`proxy.stages`; a step out of order raises
+    :class:`~proxy.stages.IllegalTransition`."""
 
     def __init__(
         self,
@@ -60,29 +58,29 @@ class CallLifecycle:
     ) -> None:
         self.state, self.dialect, self.rollout = state, dialect, rollout
         self.req, self.body, self.received_us = req, body, received_us
+        self.stage = Stage.NEW
         self.ctx: CallContext | None = None  # set by begin(): the call has an index
         self.generation: GenerationStream | None = None  # set by begin(): it goes upstream
         self.meta = ResponseMeta(new_id(dialect.id_prefix), req.model)
-        self._settled = False
         self._answered: int | None = None  # the HTTP status the harness gets
-        self._receipt: Receipt | None = None  # set once the completion event is published
-        self._state = "new"  # new -> admitted -> exited
 
     async def __aenter__(self) -> CallLifecycle:
-        if self._state != "new":
-            raise RuntimeError("a CallLifecycle is entered once")
+        admitted = advance(self.stage, Step.ADMIT)
+        state = self.state
         try:
-            await self.state.admit()
+            state.recorder.check()
+            await state.gate.admit()
         except ProxyError as exc:
-            count_rejected(self.state, self.dialect, exc)
+            state.metrics.count_rejected(self.dialect.name.value, exc.status)
             raise
-        self._state = "admitted"
+        self.stage = admitted
         return self
 
     async def begin(self) -> GenerationStream:
         """Number and plan the call, then open its generation upstream (lazily: nothing is
         sent before the first read). A prompt that leaves no room in the context is recorded
         as REJECTED and raised as a 400 ``context_length_exceeded``."""
+        numbered = advance(self.stage, Step.NUMBER)
         state, req = self.state, self.req
         call_index, plan = await self.rollout.begin_call(req, state.renderer)
         self.ctx = CallContext(
@@ -95,6 +93,7 @@ class CallLifecycle:
             self.received_us,
             state.policy_version,
         )
+        self.stage = numbered
         room = state.max_model_len - len(plan.prompt_ids)
         if room < 1:
             too_long = ProxyError(
@@ -119,9 +118,8 @@ class CallLifecycle:
     def complete(self, response_body: dict[str, Any] | None = None) -> None:
         """The call ended as it should; ``response_body`` is the answer sent (for a stream,
         None: the equivalent non-streamed body is recorded)."""
-        if self.ctx is not None:
-            self.ctx.response_body = response_body
-        self._settle(CompletionStatus.OK, None)
+        ctx = self._settle(CompletionStatus.OK, None)
+        ctx.response_body = response_body
 
     def fail(self, error: ProxyError) -> None:
         """The upstream failed: TIMEOUT for 408/504, else UPSTREAM_ERROR."""
@@ -130,21 +128,18 @@ class CallLifecycle:
         self._settle(status, error.message)
         self.state.metrics.errors.labels("upstream").inc()
 
-    def _settle(self, status: CompletionStatus, error: str | None) -> None:
-        if self._settled:
-            return
-        self._settled = True
-        if self.ctx is not None:
-            self.ctx.status, self.ctx.error = status, error
+    def _settle(self, status: CompletionStatus, error: str | None) -> CallContext:
+        self.stage = advance(self.stage, Step.SETTLE)
+        ctx = self.ctx
+        assert ctx is not None  # numbered
+        ctx.status, ctx.error = status, error
+        return ctx
 
     async def seal(self) -> None:
         """Record the settled call now and wait until its record is durable (before a stream's
         last bytes); a 503 ProxyError if that takes longer than ``record_timeout``. The exit
         then records nothing more."""
-        if self.ctx is None or self._receipt is not None:
-            return
-        self._receipt = self._record(self.ctx)
-        await self.state.recorded(self._receipt)
+        await self.state.recorder.durable(self._record())
 
     def _first_token(self) -> None:
         assert self.ctx is not None
@@ -159,35 +154,19 @@ class CallLifecycle:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        if self._state != "admitted":
-            return  # exited already: the single exit runs once
-        self._state = "exited"
+        steps = exit_steps(self.stage)  # what is left to do; raises if there is no slot
         try:
             if isinstance(exc, ProxyError):
                 self._answered = exc.status  # the error response that follows
-                if self.ctx is not None and not self._settled:
-                    self.fail(exc)
-            elif not self._settled:
-                streaming = self.req.stream and self._answered is not None
-                self._settle(
-                    CompletionStatus.CLIENT_DISCONNECTED,
-                    "client disconnected mid-stream" if streaming else None,
-                )
+            if Step.SETTLE in steps:
+                self._settle_unsettled(exc)
             late: ProxyError | None = None  # the record was not durable in time
             try:
                 if self.generation is not None:
                     await self.generation.close()
             finally:
-                if self.ctx is not None and self._receipt is None:
-                    self._receipt = self._record(self.ctx)
-                    # An answer not sent yet waits for its record (the crash guarantee).
-                    sent = self.req.stream and self._answered == 200
-                    gone = self.ctx.status is CompletionStatus.CLIENT_DISCONNECTED
-                    if not sent and not gone:
-                        try:
-                            await self.state.recorded(self._receipt)
-                        except ProxyError as error:
-                            late, self._answered = error, error.status
+                if Step.RECORD in steps:
+                    late = await self._record_on_exit()
                 if self._answered is not None:
                     self.state.metrics.calls.labels(
                         self.dialect.name.value, str(self._answered)
@@ -195,11 +174,42 @@ class CallLifecycle:
             if late is not None:
                 raise late  # answered instead of the call's own response
         finally:
-            self.state.release()
+            self.state.gate.release()
+            self.stage = advance(self.stage, Step.EXIT)
 
-    def _record(self, ctx: CallContext) -> Receipt:
+    def _settle_unsettled(self, exc: BaseException | None) -> None:
+        """Settle a call that leaves unsettled: a ProxyError is an upstream failure, anything
+        else (cancellation, a disconnect, an exception) a client that went away."""
+        if isinstance(exc, ProxyError):
+            self.fail(exc)
+            return
+        streaming = self.req.stream and self._answered is not None
+        self._settle(
+            CompletionStatus.CLIENT_DISCONNECTED,
+            "client disconnected mid-stream" if streaming else None,
+        )
+
+    async def _record_on_exit(self) -> ProxyError | None:
+        """Record the call; an answer not sent yet waits until its record is durable (the
+        crash guarantee): the 503 to answer instead if it is not in time."""
+        receipt = self._record()
+        assert self.ctx is not None
+        sent = self.req.stream and self._answered == 200
+        gone = self.ctx.status is CompletionStatus.CLIENT_DISCONNECTED
+        if sent or gone:
+            return None
+        try:
+            await self.state.recorder.durable(receipt)
+        except ProxyError as error:
+            self._answered = error.status
+            return error
+        return None
+
+    def _record(self) -> Receipt:
         """Publish the completion event, advance the rollout's continuity, count tokens."""
-        state = self.state
+        self.stage = advance(self.stage, Step.RECORD)
+        ctx, state = self.ctx, self.state
+        assert ctx is not None  # settled
         gen = (
             self.generation.gen
             if self.generation
@@ -208,9 +218,8 @@ class CallLifecycle:
         ctx.done_us = now_us()
         if ctx.status is CompletionStatus.OK and ctx.response_body is None:
             ctx.response_body = self.dialect.respond(gen, ctx.req, self.meta)
-        event = completion_event(ctx, gen, state.config.record_bodies, state.redactor)
+        event, receipt = state.recorder.call(ctx, gen)
         self.rollout.commit(ctx.plan, ctx.event_id, ctx.req, gen, ctx.status)
-        receipt = state.publish([event], self.rollout)
         m = state.metrics
         m.tokens.labels("prompt").inc(len(ctx.plan.prompt_ids))
         m.tokens.labels("completion").inc(len(gen.token_ids))

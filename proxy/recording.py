@@ -1,18 +1,37 @@
-"""Turn one ended call into its completion event (delta form) for the event log."""
+"""The records the proxy makes, and what of them is redacted.
+
+One ended call becomes its completion event in delta form (:func:`completion_event`); a rollout's
+lifecycle change becomes a RolloutEvent (:func:`rollout_event`). Redacted (the
+:class:`~proxy.redaction.Redactor`'s secrets, and the rollout's own key): a completion event's
+request and response bodies, ``model``, ``error`` and stop strings, as it is built (the request
+body in its delta form); a rollout event's ``message`` and metadata values and a reward event's
+``verifier_output`` (:func:`redacted`). Token ids, logprobs and policy-version spans are never
+changed. :class:`proxy.recorder.Recorder` makes and publishes them.
+"""
 
 from __future__ import annotations
 
+import time
 import uuid
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 from proxy.canonical import CallRequest, Generation
 from proxy.continuity import Plan
 from proxy.redaction import Redactor
-from proxy.rollouts import Rollout
+from proxy.rollouts import FinishedRollout, Rollout
+from schemas.codec import RolloutRecord
 from schemas.completion import CompletionEvent, PolicySpan, SamplingParams, Timings, Usage
-from schemas.delta import HISTORY_KEYS, dump_json
-from schemas.enums import CompletionStatus
+from schemas.delta import HISTORY_KEYS, HistoryDelta, PromptDelta, Scrub, dump_json
+from schemas.enums import CompletionStatus, Dialect, RolloutPhase
+from schemas.reward import RewardEvent
+from schemas.rollout import RolloutEvent
+
+
+def now_us() -> int:
+    """Now, in microseconds since the Unix epoch (the records' clock)."""
+    return time.time_ns() // 1000
 
 
 def new_event_id() -> str:
@@ -38,6 +57,14 @@ class CallContext:
     response_body: dict[str, Any] | None = None
 
 
+def own_secrets(rollout: Rollout | FinishedRollout | None) -> tuple[str, ...]:
+    """The secrets of one rollout, redacted beside the redactor's own: its key."""
+    return (rollout.api_key,) if rollout is not None and rollout.api_key else ()
+
+
+# --- completion events ------------------------------------------------------------------------
+
+
 def completion_event(
     ctx: CallContext, gen: Generation, record_bodies: bool, redactor: Redactor | None = None
 ) -> CompletionEvent:
@@ -48,45 +75,89 @@ def completion_event(
     With a ``redactor``, the text fields (bodies, model, error, stop strings) are redacted
     (the rollout's own key among the secrets); token ids and logprobs are never touched.
     ``redacted`` is true when the bodies were left out or anything was redacted."""
-    prompt = ctx.plan.prompt_ids
-    literals = (ctx.rollout.api_key,) if ctx.rollout.api_key else ()
-    active = redactor is not None and redactor.active
+    active = redactor if redactor is not None and redactor.active else None
     before = sum(redactor.counts.values()) if redactor is not None else 0
-
-    def text(value: str | None) -> str | None:
-        if redactor is None or not active or value is None:
-            return value
-        return redactor.text(value, literals)
-
-    def scrub(body: dict[str, Any]) -> dict[str, Any]:  # a request body: its fields repeat
-        assert redactor is not None
-        return redactor.body(body, literals, fresh=HISTORY_KEYS[ctx.req.dialect])
-
-    pdelta, hdelta = ctx.rollout.delta(
+    secrets = own_secrets(ctx.rollout)
+    prompt, history = ctx.rollout.delta(
         ctx.plan,
         ctx.event_id,
         ctx.req.dialect,
         gen.token_ids,
         ctx.body if record_bodies else None,
-        scrub if active else None,
+        _request_scrub(active, secrets, ctx.req.dialect),
     )
     response = None
     if record_bodies and ctx.response_body is not None:
-        answer = ctx.response_body
         # An answer's fields are new each call: walked, not remembered (see Redactor.body).
-        response = dump_json(redactor.json(answer, literals) if redactor and active else answer)
-    sampling = ctx.req.sampling
-    if active and sampling.stop:
-        sampling = SamplingParams(
-            sampling.temperature,
-            sampling.top_p,
-            sampling.top_k,
-            sampling.max_tokens,
-            sampling.seed,
-            [text(s) or "" for s in sampling.stop],
-        )
-    model, error = text(ctx.req.model) or "", text(ctx.error)
+        answer = ctx.response_body
+        response = dump_json(active.json(answer, secrets) if active is not None else answer)
+    sampling = _redacted_sampling(ctx.req.sampling, active, secrets)
+    model = _text(ctx.req.model, active, secrets) or ""
+    error = _text(ctx.error, active, secrets)
     removed = redactor is not None and sum(redactor.counts.values()) > before
+    return _completion(
+        ctx,
+        gen,
+        prompt,
+        history,
+        model=model,
+        sampling=sampling,
+        error=error,
+        response=response,
+        redacted=not record_bodies or removed,
+    )
+
+
+def _request_scrub(
+    active: Redactor | None, secrets: Sequence[str], dialect: Dialect
+) -> Scrub | None:
+    """How the request body is redacted in its delta form (its fields repeat, see
+    :meth:`Redactor.body`; the history's new items are walked); None: not redacted."""
+    if active is None:
+        return None
+    fresh = HISTORY_KEYS[dialect]
+
+    def scrub(body: dict[str, Any]) -> dict[str, Any]:
+        return active.body(body, secrets, fresh=fresh)
+
+    return scrub
+
+
+def _text(value: str | None, active: Redactor | None, secrets: Sequence[str]) -> str | None:
+    if active is None or value is None:
+        return value
+    return active.text(value, secrets)
+
+
+def _redacted_sampling(
+    sampling: SamplingParams, active: Redactor | None, secrets: Sequence[str]
+) -> SamplingParams:
+    """The sampling parameters with their stop strings redacted."""
+    if active is None or not sampling.stop:
+        return sampling
+    return SamplingParams(
+        sampling.temperature,
+        sampling.top_p,
+        sampling.top_k,
+        sampling.max_tokens,
+        sampling.seed,
+        [active.text(s, secrets) for s in sampling.stop],
+    )
+
+
+def _completion(
+    ctx: CallContext,
+    gen: Generation,
+    prompt: PromptDelta,
+    history: HistoryDelta | None,
+    *,
+    model: str,
+    sampling: SamplingParams,
+    error: str | None,
+    response: str | None,
+    redacted: bool,
+) -> CompletionEvent:
+    """The event from the call and its already redacted parts."""
     version = gen.policy_version if gen.policy_version is not None else ctx.policy_version
     n = len(gen.token_ids)
     return CompletionEvent(
@@ -104,22 +175,63 @@ def completion_event(
         thread_id=ctx.plan.thread.thread_id,
         parent_event_id=ctx.plan.parent_event_id,
         sampling=sampling,
-        prompt_ref_event_id=pdelta.ref_event_id,
-        prompt_ref_tokens=pdelta.ref_tokens,
-        prompt_token_ids=pdelta.suffix,
-        prompt_length=len(prompt),
+        prompt_ref_event_id=prompt.ref_event_id,
+        prompt_ref_tokens=prompt.ref_tokens,
+        prompt_token_ids=prompt.suffix,
+        prompt_length=len(ctx.plan.prompt_ids),
         completion_token_ids=list(gen.token_ids),
         completion_logprobs=list(gen.logprobs),
         policy_versions=[PolicySpan(version, 0, n)] if n else [],
         finish_reason=gen.finish_reason,
-        usage=Usage(len(prompt), n),
+        usage=Usage(len(ctx.plan.prompt_ids), n),
         error=error,
         retry_of=ctx.plan.retry_of,
         side_call=ctx.plan.thread.side_call,
         continuity=ctx.plan.continuity,
-        request_history_ref=hdelta.ref_event_id if hdelta else None,
-        request_history_prefix=hdelta.prefix if hdelta else 0,
-        request_body=hdelta.body_json if hdelta else None,
+        request_history_ref=history.ref_event_id if history else None,
+        request_history_prefix=history.prefix if history else 0,
+        request_body=history.body_json if history else None,
         response_body=response,
-        redacted=not record_bodies or removed,
+        redacted=redacted,
     )
+
+
+# --- rollout lifecycle and rewards ------------------------------------------------------------
+
+
+def rollout_event(rollout_id: str, phase: RolloutPhase, at_us: int, **fields: Any) -> RolloutEvent:
+    """The event of a rollout reaching ``phase``. Its id names the rollout and the phase, so
+    the same phase recorded twice is one event to consumers (they deduplicate by event id)."""
+    return RolloutEvent(
+        event_id=f"ro_{rollout_id}_{phase.value}",
+        rollout_id=rollout_id,
+        phase=phase,
+        at_us=at_us,
+        **fields,
+    )
+
+
+def described(rollout: Rollout) -> dict[str, Any]:
+    """What the proxy's own lifecycle events of a live rollout say about it."""
+    return {
+        "task_id": rollout.task_id,
+        "group_id": rollout.group_id,
+        "harness": rollout.harness,
+        "harness_version": rollout.harness_version,
+        "metadata": rollout.metadata,
+    }
+
+
+def redacted(record: RolloutRecord, redactor: Redactor, secrets: Sequence[str]) -> RolloutRecord:
+    """A rollout event with its message and metadata values redacted, a reward event with its
+    verifier output redacted; any other record as it is."""
+    text = redactor.text
+    if isinstance(record, RolloutEvent):
+        return replace(
+            record,
+            message=text(record.message, secrets) if record.message else record.message,
+            metadata={k: text(v, secrets) for k, v in record.metadata.items()},
+        )
+    if isinstance(record, RewardEvent) and record.verifier_output:
+        return replace(record, verifier_output=text(record.verifier_output, secrets))
+    return record

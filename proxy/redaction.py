@@ -7,9 +7,9 @@ every match in a string by ``[REDACTED:NAME]``; a pattern with a group named ``s
 only that group (``Bearer [REDACTED:bearer_token]``). JSON values are redacted string by string
 (object keys too), so a redacted body is still valid JSON of the same shape.
 
-What is redacted (:mod:`proxy.recording`, :mod:`proxy.state`): a completion event's request and
-response bodies, ``model``, ``error`` and stop strings; a rollout event's ``message`` and
-metadata values; a reward event's ``verifier_output``. What is never changed: token ids,
+What is redacted (:mod:`proxy.recording`): a completion event's request and response bodies,
+``model``, ``error`` and stop strings; a rollout event's ``message`` and metadata values; a reward
+event's ``verifier_output``. What is never changed: token ids,
 logprobs and policy-version spans. **Token ids are the training data**: a secret that was in a
 prompt is still in ``prompt_token_ids`` (decoding them with the tokenizer gives it back), and one
 the model generated is in ``completion_token_ids``. Redaction keeps secrets out of the text a
@@ -49,8 +49,8 @@ class RedactionPattern:
     """A named regular expression; a group named ``secret`` limits what is replaced.
 
     ``needles``: lower-case strings of which every match contains one; the expression runs only
-    on text whose lower-case form holds one of them (a substring search is some 100 times
-    faster than the expression). Empty: it always runs (user patterns)."""
+    on text whose lower-case form holds one of them, so most text costs a substring search
+    instead of the expression. Empty: it always runs (user patterns)."""
 
     name: str
     regex: re.Pattern[str]

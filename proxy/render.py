@@ -114,7 +114,7 @@ class Renderer:
         self._heads: OrderedDict[str, list[int]] = OrderedDict()
         self._splits_ok = self.mode is not RenderMode.FULL
         # The Rust tokenizer under a fast tokenizer: the same ids without the Python wrapper's
-        # per-call work (several times faster on the short texts of continuations). Decoding
+        # per-call work (which dominates on the short texts of continuations). Decoding
         # goes through it only where the wrapper would not clean up spaces afterwards.
         self._backend = getattr(self._tok, "backend_tokenizer", None)
         self._backend_decodes = self._backend is not None and not getattr(

@@ -116,7 +116,8 @@ STALE_RETRIES = 3  # sends retried on a new connection when a pooled one was clo
 class CompletionsUpstream(Upstream):
     """``POST /v1/completions``: a prompt of ids, ``return_token_ids``, logprobs, streaming.
 
-    Uses aiohttp: on the hot path it costs about half of what httpx does per request.
+    Uses aiohttp, the cheaper client per request (the figure: ``bench/RESULTS.md``, "Figures
+    behind the proxy's design choices").
     """
 
     def __init__(

@@ -17,6 +17,7 @@ from infra.local.process import free_port
 from infra.proxy_client import ProxyAdmin
 from proxy.app import create_app
 from proxy.config import ProxyConfig
+from proxy.publisher import Publisher
 from proxy.serve import listeners
 from proxy.serve import server as make_server
 from proxy.state import ProxyState
@@ -37,8 +38,13 @@ class RunningProxy:
         state: ProxyState = self.app.state.proxy
         return state
 
+    @property
+    def publisher(self) -> Publisher:
+        """The app's publisher (its recorder's)."""
+        return self.state.recorder.publisher
+
     def flush(self) -> None:
-        assert self.state.publisher.wait_idle(30)
+        assert self.publisher.wait_idle(30)
 
     @property
     def admin_headers(self) -> dict[str, str]:

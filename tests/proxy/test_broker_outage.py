@@ -74,7 +74,7 @@ def test_a_broker_outage_under_load_fails_no_call_and_loses_none(
                 for c in clients:
                     c.join(120)
                 p.flush()
-                stats = p.state.publisher.stats
+                stats = p.publisher.stats
                 total = len(served)
                 records = read_events(broker.url, group="outage", want=total, timeout=120)
         events: dict[str, CompletionEvent] = {}

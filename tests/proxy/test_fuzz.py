@@ -194,14 +194,14 @@ def test_fuzzed_calls_are_answered_in_dialect_and_recorded(
         assert health.status_code == 200 and health.json()["status"] == "ok"
 
     proxy.flush()
-    everything = proxy.state.publisher.stats.published  # the log holds only what was published
+    everything = proxy.publisher.stats.published  # the log holds only what was published
     events = [
         r
         for r in read_events(proxy.config.log_url, group=prefix, want=everything)
         if isinstance(r, CompletionEvent) and r.rollout_id.startswith(prefix)
     ]
     assert sum(e.status is CompletionStatus.OK for e in events) == statuses[200]
-    assert proxy.state.publisher.stats.dead_lettered == 0
+    assert proxy.publisher.stats.dead_lettered == 0
 
 
 ROUTES = [

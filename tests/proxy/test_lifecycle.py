@@ -71,10 +71,10 @@ def _events(p: RunningProxy, rollout: str, want: int) -> list[CompletionEvent]:
 
 def _idle(p: RunningProxy) -> bool:
     deadline = time.monotonic() + 10
-    while p.state.in_flight and time.monotonic() < deadline:
+    while p.state.gate.in_flight and time.monotonic() < deadline:
         time.sleep(0.02)
     in_flight = p.state.metrics.registry.get_sample_value("openforge_proxy_in_flight")
-    return p.state.in_flight == 0 and in_flight == 0
+    return p.state.gate.in_flight == 0 and in_flight == 0
 
 
 def test_successful_calls_record_once_and_release_their_slot(proxy: RunningProxy) -> None:

@@ -51,7 +51,7 @@ def test_events_land_in_kafka_and_decode(
             == 200
         )
         p.flush()
-        assert p.state.publisher.stats.spooled == 0
+        assert p.publisher.stats.spooled == 0
     records = [
         r for r in read_events(kafka_broker.url, group=rollout, want=6) if r.rollout_id == rollout
     ]
@@ -87,20 +87,20 @@ def test_events_spool_while_kafka_is_down_and_arrive_in_order(
     )
     rollout = f"s-{uuid.uuid4().hex[:6]}"
     with running_proxy(config) as p:
-        p.state.publisher._retry_interval = 0.5
+        p.publisher._retry_interval = 0.5
         for _ in range(5):
             resp = httpx.post(
                 f"{p.url}/rollout/{rollout}/v1/chat/completions", json=CHAT, timeout=60
             )
             assert resp.status_code == 200  # the harness never notices the log is down
         p.flush()
-        assert p.state.publisher.stats.spooled == 6  # rollout started + 5 completions
+        assert p.publisher.stats.spooled == 6  # rollout started + 5 completions
         with KafkaBroker(port=port) as broker:
             records = read_events(broker.url, group="after", want=6, timeout=60)
             events = completions_of(records, rollout)
             assert [e.call_index for e in events] == [0, 1, 2, 3, 4]
             assert isinstance(records[0], RolloutEvent)
-            assert p.state.publisher.stats.replayed_frames >= 1
+            assert p.publisher.stats.replayed_frames >= 1
             resp = httpx.post(
                 f"{p.url}/rollout/{rollout}/v1/chat/completions", json=CHAT, timeout=60
             )

@@ -173,7 +173,7 @@ def test_calls_get_503_in_their_dialect_while_the_log_stalls_and_none_is_lost(
         assert resp.json()["type"] == "error" and resp.json()["error"]["type"] == "overloaded_error"
         refused = 1
         deadline = time.monotonic() + 10
-        while p.state.publisher.problem() is None and time.monotonic() < deadline:
+        while p.publisher.problem() is None and time.monotonic() < deadline:
             resp = httpx.post(f"{url}/chat/completions", json=CHAT, timeout=30)
             assert resp.status_code == 503
             refused += 1
@@ -206,7 +206,7 @@ def test_a_reward_with_a_non_string_field_is_refused_and_recording_goes_on(
             f"{p.url}/rollout/rw/reward", json={"reward": 1, "verifier": 7}, headers=p.admin_headers
         )
         assert bad.status_code == 400 and bad.json()["error"]["param"] == "verifier"
-        p.state.publisher.publish([dataclasses.replace(valid_records("rw")[2], verifier=7)])
+        p.publisher.publish([dataclasses.replace(valid_records("rw")[2], verifier=7)])
         for _ in range(20):
             resp = httpx.post(f"{p.url}/rollout/other/v1/chat/completions", json=CHAT, timeout=30)
             assert resp.status_code == 200
