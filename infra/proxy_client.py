@@ -130,14 +130,16 @@ class ProxyAdmin:
         exit_code: int | None = None,
         backend: str | None = None,
         message: str | None = None,
-    ) -> None:
-        """Record the rollout's end (a RolloutEvent with ``phase``)."""
+    ) -> int | None:
+        """Record the rollout's end (a RolloutEvent with ``phase``); the number of calls the
+        proxy numbered for it (None when the rollout had already been finished)."""
         body: dict[str, Any] = {"phase": phase.value, "exit_code": exit_code}
         if backend is not None:
             body["backend"] = backend
         if message is not None:
             body["message"] = message
-        self._call("POST", f"/admin/rollouts/{rollout_id}/finish", body)
+        calls = self._call("POST", f"/admin/rollouts/{rollout_id}/finish", body).get("calls")
+        return calls if isinstance(calls, int) else None
 
     def record_phase(
         self,

@@ -50,8 +50,11 @@ def live_progress(console: Console, counts: Counts) -> Iterator[None]:
 
 
 def summary_table(outcomes: Sequence[RolloutOutcome]) -> Table:
-    """Per task: rollouts, verified, mean reward, agent ends and infrastructure failures."""
-    table = Table("task", "rollouts", "verified", "mean reward", "agent ends", "infra failed")
+    """Per task: rollouts, verified, mean reward, model calls recorded, agent ends and
+    infrastructure failures."""
+    table = Table(
+        "task", "rollouts", "verified", "mean reward", "calls", "agent ends", "infra failed"
+    )
     by_task: dict[str, list[RolloutOutcome]] = defaultdict(list)
     for r in outcomes:
         by_task[r.task_id].append(r)
@@ -66,6 +69,7 @@ def summary_table(outcomes: Sequence[RolloutOutcome]) -> Table:
             str(len(rows)),
             str(sum(r.status is Status.VERIFIED for r in rows)),
             f"{sum(rewards) / len(rewards):.3f}" if rewards else "-",
+            str(sum(r.calls or 0 for r in rows)),
             ", ".join(f"{k} {v}" for k, v in sorted(ends.items())) or "-",
             str(sum(r.status is Status.INFRA_FAILED for r in rows)),
         )

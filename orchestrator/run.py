@@ -64,6 +64,7 @@ class Counts:
     infra_failures: int = 0  # attempts that failed for infrastructure reasons (retried)
     gave_up: int = 0  # rollouts whose every attempt failed for infrastructure reasons
     cancelled: int = 0
+    calls: int = 0  # model calls the proxy recorded for the verified rollouts
     rewards: list[float] = field(default_factory=list)
 
     @property
@@ -254,17 +255,20 @@ class Orchestrator:
             proxy_socket=Path(reg.unix_socket) if reg.unix_socket else None,
         )
         ended: list[AgentEnd] = []
+        calls: list[int | None] = []
 
         def on_agent_end(agent: AgentEnd) -> None:
             ended.append(agent)
             if agent.phase is not RolloutPhase.FINISHED:
                 self._update(agent_failures=1)
-            self.admin.finish_rollout(
-                rollout_id,
-                agent.phase,
-                exit_code=agent.exit_code,
-                backend=self.backend.name,
-                message=agent.message[:2000],
+            calls.append(
+                self.admin.finish_rollout(
+                    rollout_id,
+                    agent.phase,
+                    exit_code=agent.exit_code,
+                    backend=self.backend.name,
+                    message=agent.message[:2000],
+                )
             )
 
         try:
@@ -277,10 +281,16 @@ class Orchestrator:
                     self.admin.finish_rollout(
                         rollout_id, RolloutPhase.FAILED, backend=self.backend.name
                     )
-        return self._score(p, rollout_id, attempt, verified, start)
+        return self._score(p, rollout_id, attempt, verified, start, calls[0] if calls else None)
 
     def _score(
-        self, p: PlannedRollout, rollout_id: str, attempt: int, verified: Verified, start: float
+        self,
+        p: PlannedRollout,
+        rollout_id: str,
+        attempt: int,
+        verified: Verified,
+        start: float,
+        calls: int | None,
     ) -> RolloutOutcome:
         reward = verified.reward
         assert reward.reward is not None  # the backend raises otherwise
@@ -295,7 +305,8 @@ class Orchestrator:
         )
         with self._lock:
             self.counts.rewards.append(reward.reward)
+            self.counts.calls += calls or 0
         wall_s = time.monotonic() - start
-        outcome = RolloutOutcome.verified(p, rollout_id, attempt, verified, wall_s)
+        outcome = RolloutOutcome.verified(p, rollout_id, attempt, verified, wall_s, calls)
         self.run_dir.write_outcome(outcome)
         return outcome

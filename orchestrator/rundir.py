@@ -55,10 +55,17 @@ class RolloutOutcome:
     verifier_s: float | None = None
     message: str = ""
     wall_s: float | None = None  # the attempt, from registration to the recorded reward
+    calls: int | None = None  # the model calls the proxy recorded for the attempt
 
     @classmethod
     def verified(
-        cls, p: PlannedRollout, rollout_id: str, attempt: int, v: Verified, wall_s: float
+        cls,
+        p: PlannedRollout,
+        rollout_id: str,
+        attempt: int,
+        v: Verified,
+        wall_s: float,
+        calls: int | None = None,
     ) -> RolloutOutcome:
         return cls(
             rollout_id,
@@ -75,6 +82,7 @@ class RolloutOutcome:
             round(v.verifier_duration_s, 3),
             v.agent.message,
             round(wall_s, 4),
+            calls,
         )
 
     @classmethod

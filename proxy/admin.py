@@ -172,7 +172,9 @@ async def finish_rollout(state: ProxyState, request: Request) -> Response:
     backend, message = _opt_str(body, "backend"), _opt_str(body, "message")
     state.recorder.check()
     await _end(state, rollout, phase, backend=backend, exit_code=exit_code, message=message)
-    return JSONResponse({"rollout_id": rollout.rollout_id, "phase": phase.value})
+    return JSONResponse(
+        {"rollout_id": rollout.rollout_id, "phase": phase.value, "calls": rollout.calls}
+    )
 
 
 async def _end(

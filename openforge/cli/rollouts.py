@@ -4,10 +4,17 @@ from __future__ import annotations
 
 import signal
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from infra.harnesses import Harness
+    from orchestrator.rundir import RolloutOutcome
 
 app = typer.Typer(help="Run rollouts of Harbor tasks in sandboxes.", no_args_is_help=True)
 
@@ -155,12 +162,14 @@ def run(
             console.print("[yellow]cancelled[/]: running sandboxes stopped")
             raise typer.Exit(130) from None
         console.print(summary_table(outcomes))
-        mean = orch.counts.mean_reward
+        counts, mean = orch.counts, orch.counts.mean_reward
         console.print(
-            f"{orch.counts.done} verified, {orch.counts.gave_up} gave up after infrastructure "
-            f"failures, mean reward {'-' if mean is None else f'{mean:.3f}'}, "
+            f"{counts.done} verified, {counts.gave_up} gave up after infrastructure failures, "
+            f"{counts.calls} calls recorded, mean reward {'-' if mean is None else f'{mean:.3f}'}, "
             f"{time.monotonic() - start:.1f} s; summary: {out / 'summary.csv'}"
         )
+        _no_calls_note(console, chosen, outcomes)
+        _fail_unless_verified(console, out, outcomes)
 
     if proxy is not None:
         # Sandboxes reach it through its socket; pods over the network (--kube-proxy-url).
@@ -177,3 +186,34 @@ def run(
         say=console.print,
     ) as stack:
         orchestrate(RunProxy(stack.admin.url, stack.endpoint), stack.admin, stack.model)
+
+
+def _no_calls_note(console: Console, chosen: Harness, outcomes: Sequence[RolloutOutcome]) -> None:
+    """Say so when a harness that calls a model ended rollouts before its first call."""
+    from orchestrator.rundir import Status
+
+    silent = [o for o in outcomes if o.status is Status.VERIFIED and not o.calls]
+    if chosen.capabilities.calls_model and silent:
+        console.print(
+            f"[yellow]note:[/] {len(silent)} rollouts made no call to the model "
+            f"(e.g. {silent[0].rollout_id}: the harness ended before asking it; see its agent.err)"
+        )
+
+
+def _fail_unless_verified(console: Console, out: Path, outcomes: Sequence[RolloutOutcome]) -> None:
+    """Exit 1 when a rollout gave up after infrastructure failures, or none was verified:
+    print the first failure's message and where its files are."""
+    from orchestrator.rundir import Status
+
+    failed = [o for o in outcomes if o.status is Status.INFRA_FAILED]
+    if not failed and any(o.status is Status.VERIFIED for o in outcomes):
+        return
+    if failed:
+        first = failed[0]
+        console.print(
+            f"[bold red]first failure[/] ({first.rollout_id}, attempt {first.attempt}): "
+            f"{first.message.strip()[:1500]}\n  its files: {out / 'rollouts' / first.rollout_id}"
+        )
+    else:
+        console.print("[bold red]no rollout was verified[/]")
+    raise typer.Exit(1)

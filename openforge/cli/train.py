@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import signal
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 DEMO_CONFIG = Path(__file__).resolve().parents[2] / "examples" / "cpu-demo.toml"
 
@@ -74,6 +77,24 @@ def train(
     console.print(
         f"curves: {report.curves}; metrics: {metrics_csv}; summary: {run.root / 'summary.json'}"
     )
+    _fail_if_rollouts_gave_up(console, run.root)
+
+
+def _fail_if_rollouts_gave_up(console: Console, root: Path) -> None:
+    """Exit 1 when any rollout (training or held-out) gave up after infrastructure failures:
+    the report is written, but the run is no success; print the first failure and its files."""
+    from orchestrator.rundir import RunDir, Status
+
+    for sub in ("rollouts", "eval"):
+        failed = [o for o in RunDir(root / sub).outcomes() if o.status is Status.INFRA_FAILED]
+        if failed:
+            first = failed[0]
+            console.print(
+                f"[bold red]{len(failed)} {sub} gave up after infrastructure failures[/]; the "
+                f"first ({first.rollout_id}): {first.message.strip()[:1500]}\n  its files: "
+                f"{root / sub / 'rollouts' / first.rollout_id}"
+            )
+            raise typer.Exit(1)
 
 
 def demo() -> None:

@@ -71,3 +71,27 @@ def test_sigterm_cancels_cleanly(tmp_path: Path) -> None:
     assert proc.returncode == 130, output[-3000:]
     assert "cancelled" in output
     assert leftover_processes(proc.pid) == []  # its proxy and sandboxes are gone
+
+
+def test_a_run_whose_rollouts_gave_up_fails_and_names_the_first_failure(tmp_path: Path) -> None:
+    """A verifier that writes no reward is an infrastructure failure; once every attempt failed
+    so, the run is no success: exit 1, the first failure's message and where its files are."""
+    task = tmp_path / "broken"
+    (task / "tests").mkdir(parents=True)
+    (task / "solution").mkdir()
+    (task / "instruction.md").write_text("Do nothing.\n")
+    (task / "task.toml").write_text('version = "1.0"\n')
+    (task / "tests" / "test.sh").write_text("echo 'the verifier forgot its reward'\n")
+    (task / "solution" / "solve.sh").write_text("true\n")
+    done = subprocess.run(
+        _cli("--tasks", str(task), "--max-attempts", "1", "--out", str(tmp_path / "r")),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+    )
+    output = done.stdout + done.stderr
+    assert done.returncode == 1, output[-3000:]
+    assert "0 verified, 1 gave up after infrastructure failures" in output
+    assert "first failure" in output and "reward" in output
+    assert str(tmp_path / "r" / "rollouts") in output
