@@ -1,0 +1,213 @@
+"""Every command README.md shows, run as a newcomer types it.
+
+The README's fenced ``bash`` blocks are read as data (``tests/readme/commands.py``) and every
+command runs, in README order, in one copy of the repository (what a fresh clone holds: no
+``.venv``, no ``runs/``), from the copy's root, with the relative paths as written: the first
+block's ``scripts/setup`` makes the copy's ``.venv``. A command must exit 0 and print what the
+README says it does (:data:`SPECS`); services (``services up``, ``proxy``) are started, used by the
+block's next commands and stopped with Ctrl-C at the block's end, and must exit 0. Placeholders
+(``PORT``, ``MODEL_DIR``) are filled from what an earlier command printed. The main job runs with
+the README's own command plus ``--set trainer.steps=2 --set evaluation.every=2``, as the README
+says. A block the tests cannot run says so in the README (``# Not run by the tests: why``); its
+commands, and every ``openforge ...`` command the prose quotes, are checked against their
+``--help``: each sub-command exists and takes every option named.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from infra.paths import cache_dir
+from tests.readme.commands import (
+    Block,
+    Command,
+    blocks,
+    inline_openforge_commands,
+    subcommand_and_options,
+)
+from tests.readme.session import Session, Spec, copy_repository
+
+ROOT = Path(__file__).resolve().parents[2]
+README = ROOT / "README.md"
+SHORT = " --set trainer.steps=2 --set evaluation.every=2"  # the README's short main job
+READY = r"running; press Ctrl-C to stop"
+VLLM_PORT = r"vllm\s+http://127\.0\.0\.1:(\d+)/v1"
+PROXY_READY = r"openforge proxy.* listening on http://127\.0\.0\.1:8100"
+REGISTERED = r'"api_key":\s*"ofk_'
+HARNESS_RUN = Spec(
+    expect=(r"\b3 verified, 0 gave up after infrastructure failures, [1-9]\d* calls recorded",),
+    timeout=900,
+)
+
+# The test command itself (this suite): CI runs exactly it (``.ci/run``).
+TEST_COMMAND = "scripts/setup && .venv/bin/python -m pytest"
+
+SPECS: dict[str, Spec] = {
+    "scripts/setup && .venv/bin/openforge train examples/cpu-demo.toml": Spec(
+        expect=(r"2 updates in \d+ s; held-out reward \d\.\d+ \(v0\) -> \d\.\d+ \(v2\)",),
+        extra=SHORT,
+        timeout=2400,
+    ),
+    ".venv/bin/openforge services up": Spec(
+        service=True, ready=READY, expect=(r"kafka\s+kafka://", VLLM_PORT, "stopping")
+    ),
+    ".venv/bin/openforge model build-tiny runs/tiny --seed 0": Spec(
+        expect=(r"runs/tiny\s+sha256:[0-9a-f]{16}",)
+    ),
+    ".venv/bin/openforge services up --no-kafka": Spec(
+        service=True, ready=READY, capture={"PORT": VLLM_PORT}
+    ),
+    ".venv/bin/openforge proxy --upstream http://127.0.0.1:PORT --log local:events": Spec(
+        service=True, ready=PROXY_READY
+    ),
+    'curl -s -X POST localhost:8100/admin/rollouts -H "Authorization: Bearer $(cat '
+    'proxy-admin-token)" -d \'{"task_id": "t1"}\'': Spec(expect=(REGISTERED,)),
+    ".venv/bin/openforge proxy --upstream http://127.0.0.1:PORT --workers 4": Spec(
+        service=True, ready=PROXY_READY
+    ),
+    'curl -s -X POST localhost:8100/admin/rollouts -H "Authorization: Bearer $(cat '
+    "proxy-admin-token)\" -d '{}'": Spec(
+        expect=(REGISTERED, r'"worker":\s*\d', r'"base_url":\s*"http://127\.0\.0\.1:\d+"')
+    ),
+    ".venv/bin/openforge rollouts run --tasks examples/tasks --harness oracle --n 2 "
+    "--out runs/oracle": Spec(
+        expect=(
+            r"\b6 verified, 0 gave up after infrastructure failures, 0 calls recorded, "
+            r"mean reward 1\.000",
+        )
+    ),
+    ".venv/bin/openforge rollouts run --tasks examples/tasks --harness codex "
+    "--out runs/codex": HARNESS_RUN,
+    ".venv/bin/openforge rollouts run --tasks examples/tasks --harness claude-code "
+    "--out runs/claude-code": HARNESS_RUN,
+    ".venv/bin/openforge rollouts run --tasks examples/tasks --harness openclaw "
+    "--out runs/openclaw": HARNESS_RUN,
+    ".venv/bin/openforge tasks check examples/tasks": Spec(
+        expect=(r"3 tasks: 3 runnable here, 0 refused; oracle below 1 on 0",)
+    ),
+    ".venv/bin/openforge services up --kube --no-kafka --no-vllm": Spec(
+        service=True, ready=READY, expect=(r"export KUBECONFIG=/\S+",)
+    ),
+    ".venv/bin/openforge pipeline run --source local:runs/cpu-demo/log --to local:runs/episodes "
+    "--stop-when-idle 10": Spec(
+        expect=(r"pipeline run \(streaming\) on PrismRunner: .*episodes_emitted [1-9]",)
+    ),
+    ".venv/bin/openforge pipeline replay --from runs/cpu-demo/archive --to runs/replayed": Spec(
+        expect=(r"pipeline replay \(batch\) on PrismRunner: .*episodes_emitted [1-9]",)
+    ),
+    ".venv/bin/openforge pipeline run --source local:runs/cpu-demo/log "
+    "--to local:runs/episodes-fnapi --stop-when-idle 10 --beam-arg=--runner=FnApiRunner": Spec(
+        expect=(r"pipeline run \(streaming\) on FnApiRunner: .*episodes_emitted [1-9]",)
+    ),
+    ".venv/bin/openforge train examples/cpu-demo.toml": Spec(
+        expect=(r"resum", r"2 updates in \d+ s"), extra=SHORT, timeout=1200
+    ),
+    ".venv/bin/openforge train --show-config": Spec(expect=(r"\[trainer\]", r"\nsteps = ")),
+    ".venv/bin/openforge model warm-start": Spec(capture={"MODEL_DIR": r"(/\S+)\s*\Z"}),
+    ".venv/bin/openforge trainer run --episodes local:runs/cpu-demo/log --model MODEL_DIR "
+    "--out runs/trainer --group-size 4 --steps 2": Spec(
+        expect=(r"2 steps, policy version 2",), timeout=900
+    ),
+    '.venv/bin/openforge query --run runs/cpu-demo "SELECT harness, count(*) AS episodes, '
+    'avg(reward) FROM episodes GROUP BY ALL"': Spec(expect=(r"\bagent\b",)),
+    '.venv/bin/openforge query --archive runs/cpu-demo/archive "SELECT * FROM tokens" '
+    "--format parquet --out runs/tokens.parquet": Spec(expect=(r"tokens\.parquet",)),
+    ".venv/bin/openforge query --views": Spec(expect=(r"\bcompletions\b", r"\bepisodes\b")),
+    ".venv/bin/openforge replay rebuild --from runs/cpu-demo/archive --to runs/rebuilt": Spec(
+        expect=(r"identical: all \d+ archived episodes rebuilt as they were",)
+    ),
+    ".venv/bin/openforge replay rescore --from runs/cpu-demo --tasks examples/echo-words": Spec(
+        expect=(r"re-?scored",), timeout=900
+    ),
+    ".venv/bin/openforge replay train --from runs/cpu-demo --model MODEL_DIR --out runs/retrain "
+    "--where \"harness = 'agent' AND reward > 0\"": Spec(expect=(r"\bsteps?\b",), timeout=900),
+    ".venv/bin/openforge audit runs/cpu-demo --html runs/audit.html": Spec(
+        expect=(r"\d+ rollouts, \d+ lifecycle events, \d+ calls",)
+    ),
+    ".venv/bin/openforge audit runs/cpu-demo --step 1": Spec(expect=(r"Lineage of step 1",)),
+    ".venv/bin/ruff check . && .venv/bin/ruff format --check . && .venv/bin/mypy": Spec(
+        expect=(r"Success: no issues found",)
+    ),
+}
+
+BLOCKS = blocks(README)
+RUN = [b for b in BLOCKS if b.not_run is None]
+
+
+def _commands(only: list[Block]) -> list[Command]:
+    return [c for b in only for c in b.commands]
+
+
+def test_every_command_the_readme_runs_has_a_spec_and_no_spec_is_stale() -> None:
+    written = {c.text for c in _commands(RUN)} - {TEST_COMMAND}
+    assert written - SPECS.keys() == set(), "README commands without a spec in SPECS"
+    assert SPECS.keys() - written == set(), "specs of commands the README no longer has"
+
+
+def test_ci_runs_exactly_the_readme_test_command() -> None:
+    assert TEST_COMMAND in {c.text for c in _commands(RUN)}
+    lines = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()]
+    assert TEST_COMMAND in lines
+
+
+def _help(path: list[str]) -> str:
+    done = subprocess.run(
+        [str(ROOT / ".venv" / "bin" / "openforge"), *path, "--help"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "COLUMNS": "200"},
+    )
+    assert done.returncode == 0, f"openforge {' '.join(path)} --help: {done.stderr[-2000:]}"
+    return done.stdout
+
+
+NOT_RUN = [c.text for c in _commands([b for b in BLOCKS if b.not_run]) if "openforge" in c.text]
+
+
+@pytest.mark.parametrize("command", NOT_RUN + inline_openforge_commands(README))
+def test_a_command_the_tests_cannot_run_exists_with_its_options(command: str) -> None:
+    path, options = subcommand_and_options(command)
+    text = _help(path)
+    missing = [o for o in options if o not in text]
+    assert not missing, f"`openforge {' '.join(path)}` does not take {missing}"
+
+
+def test_the_gpu_smoke_test_takes_its_options() -> None:
+    done = subprocess.run(
+        [str(ROOT / ".venv" / "bin" / "python"), "-m", "trainer.gpu_smoke", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0 and "--param-dtype" in done.stdout and "--out" in done.stdout
+
+
+@pytest.fixture(scope="module")
+def session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Session]:
+    """One newcomer's session over a fresh copy; afterwards the shared environment points at
+    this checkout again (the copy's ``scripts/setup`` pointed its editable install there)."""
+    base = tmp_path_factory.mktemp("readme")
+    work = copy_repository(ROOT, base / "openforge")
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    env["MYPY_CACHE_DIR"] = str(cache_dir() / "mypy")  # a warm cache; the command is as written
+    try:
+        yield Session(work, base / "logs", env)
+    finally:
+        subprocess.run([str(ROOT / "scripts" / "setup"), "project"], cwd=ROOT, check=True)
+
+
+@pytest.mark.parametrize("block", RUN, ids=[f"line{b.line}" for b in RUN])
+def test_readme_block(block: Block, session: Session) -> None:
+    try:
+        for command in block.commands:
+            if command.text == TEST_COMMAND:
+                continue  # this very suite
+            session.run(command, SPECS[command.text])
+    finally:
+        session.stop_services()
