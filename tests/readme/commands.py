@@ -116,7 +116,8 @@ def subcommand_and_options(command: str) -> tuple[list[str], list[str]]:
         words = shlex.split(command)
     except ValueError:
         words = command.split()
-    words = words[words.index("openforge") + 1 :] if "openforge" in words else words
+    names = [w.rsplit("/", 1)[-1] for w in words]
+    words = words[names.index("openforge") + 1 :] if "openforge" in names else words
     path: list[str] = []
     for word in words:
         if not re.fullmatch(r"[a-z][a-z-]*", word):
