@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from openforge.cli.paths import absolute_location
-from proxy.config import PauseMode, UpstreamKind
+from proxy.config import PauseMode, ProxyConfig, UpstreamKind
 from proxy.redaction import RedactionMode
 from proxy.render import RenderMode
 
@@ -129,12 +130,6 @@ def proxy(
     ] = None,
 ) -> None:
     """Serve the capture proxy: harnesses talk to it, it records every call."""
-    import sys
-
-    from proxy.app import create_app
-    from proxy.config import ProxyConfig
-    from proxy.serve import serve
-
     config = ProxyConfig(
         upstream_url=upstream,
         upstream_model=model,
@@ -166,6 +161,25 @@ def proxy(
     sys.setswitchinterval(0.0005)
     if session_header:
         config.session_headers = [*session_header, *config.session_headers]
+    try:
+        _serve(config, host, port, uds, workers, worker_port_base, advertise_host)
+    except KeyboardInterrupt:  # Ctrl-C is how a user stops a proxy: a clean stop, exit 0
+        print("openforge proxy stopped", file=sys.stderr, flush=True)
+
+
+def _serve(
+    config: ProxyConfig,
+    host: str,
+    port: int,
+    uds: Path | None,
+    workers: int,
+    worker_port_base: int | None,
+    advertise_host: str | None,
+) -> None:
+    """One proxy process, or ``workers`` behind a front, until interrupted."""
+    from proxy.app import create_app
+    from proxy.serve import serve
+
     if workers == 1:
         serve(create_app(config), host, port, uds, announce="openforge proxy")
         return
