@@ -148,10 +148,10 @@ class Session:
         assert not failures, "\n".join(failures)
 
     def _check(self, text: str, spec: Spec, output: str) -> None:
+        flat = " ".join(output.split())  # rich wraps long lines at the terminal's width
         for pattern in spec.expect:
-            assert re.search(pattern, output), (
-                f"{text!r} did not print {pattern!r}:\n{output[-4000:]}"
-            )
+            found = re.search(pattern, output) or re.search(pattern, flat)
+            assert found, f"{text!r} did not print {pattern!r}:\n{output[-4000:]}"
         self._capture(spec, output)
 
     def _capture(self, spec: Spec, output: str) -> None:
