@@ -301,6 +301,9 @@ def decode_message(frame: bytes) -> list[Record]:
                 raise SchemaError(f"frame claims a {size}-byte body (limit {MAX_FRAME_BODY})")
             body = pa.decompress(body[8:], decompressed_size=size, codec="zstd")
         batch = pa.ipc.read_record_batch(pa.py_buffer(body), schema)
+        # A damaged body can carry lengths and offsets that read past its buffers: Arrow aborts
+        # the process on those (not an exception), so they are checked before any row is read.
+        batch.validate(full=True)
     except (pa.ArrowInvalid, OSError, OverflowError, struct.error) as exc:
         raise SchemaError(f"corrupt {rtype.name} frame: {exc}") from exc
     return [from_row(rtype.cls, row) for row in batch.to_pylist()]

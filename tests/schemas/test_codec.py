@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -112,3 +114,30 @@ def test_bad_records_and_frames_are_refused_clearly() -> None:
         peek_rows(whole[:12])  # the header, then the Arrow message cut short
     with pytest.raises(SchemaError, match="bad magic"):
         peek_rows(b"XX" + whole[2:])
+
+
+# One byte of the default event's frame, found by fuzzing: its Arrow body then claims a column
+# length that reads past its buffers, and reading its rows used to crash the interpreter.
+_CRASHING_BYTE = (2962, 216)
+_DECODE_DAMAGED = """
+import sys
+from schemas.codec import decode_message
+from schemas.errors import SchemaError
+from tests.schemas.test_codec import _CRASHING_BYTE, _event
+from schemas.codec import encode_message
+frame = bytearray(encode_message([_event()]))
+frame[_CRASHING_BYTE[0]] = _CRASHING_BYTE[1]
+try:
+    decode_message(bytes(frame))
+except SchemaError as exc:
+    print("refused:", exc)
+"""
+
+
+def test_a_frame_whose_body_reads_past_its_buffers_is_refused_not_a_crash() -> None:
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run(
+        [sys.executable, "-c", _DECODE_DAMAGED], cwd=root, capture_output=True, text=True
+    )
+    assert done.returncode == 0, f"decode crashed ({done.returncode}): {done.stderr[-2000:]}"
+    assert done.stdout.startswith("refused: corrupt completion frame"), done.stdout
