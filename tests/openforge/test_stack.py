@@ -64,9 +64,10 @@ def test_the_proxy_argv_carries_every_option(tmp_path: Path) -> None:
 
 
 def test_the_pipeline_argv_carries_every_option(tmp_path: Path) -> None:
-    job = StreamingPipeline("local:log", tmp_path / "archive", 12.5, ("--runner=FnApiRunner",))
+    log = f"local:{tmp_path / 'log'}"
+    job = StreamingPipeline(log, tmp_path / "archive", 12.5, ("--runner=FnApiRunner",))
     params = _parsed(job.argv())
-    assert params["source"] == "local:log" and params["run_archive"] == str(tmp_path / "archive")
+    assert params["source"] == log and params["run_archive"] == str(tmp_path / "archive")
     assert params["lateness"] == 12.5 and params["beam_arg"] == ["--runner=FnApiRunner"]
 
 

@@ -77,8 +77,9 @@ def test_after_finish_rewards_are_accepted_and_calls_refused(proxy: RunningProxy
     auth = {"authorization": f"Bearer {key}"}
     url = f"{proxy.url}/v1/chat/completions"
     assert httpx.post(url, json=CHAT, headers=auth, timeout=60).status_code == 200
-    assert _finish(proxy, rollout).json() == {"rollout_id": rollout, "phase": "finished"}
-    assert _finish(proxy, rollout).json() == {"rollout_id": rollout, "phase": "finished"}
+    finished = {"rollout_id": rollout, "phase": "finished", "calls": 1}
+    assert _finish(proxy, rollout).json() == finished
+    assert _finish(proxy, rollout).json() == finished  # idempotent
 
     # The orchestrator posts the reward after the rollout ends, with the admin token; the
     # rollout's own key (all the agent holds) is refused.
