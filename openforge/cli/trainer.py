@@ -110,7 +110,8 @@ def run(
             archive=archive,
         )
     )
+    served = "" if sync else " (no --vllm: the weights stay in the checkpoints, none served)"
     typer.echo(
-        f"{summary['steps']} steps, policy version {summary['policy_version']}, "
+        f"{summary['steps']} steps, policy version {summary['policy_version']}{served}, "
         f"metrics in {out}/metrics.csv"
     )

@@ -111,7 +111,7 @@ SPECS: dict[str, Spec] = {
     ".venv/bin/openforge model warm-start": Spec(capture={"MODEL_DIR": r"(/\S+)\s*\Z"}),
     ".venv/bin/openforge trainer run --episodes local:runs/cpu-demo/log --model MODEL_DIR "
     "--out runs/trainer --group-size 4 --steps 2": Spec(
-        expect=(r"2 steps, policy version 2",), timeout=900
+        expect=(r"2 steps, policy version 0 \(no --vllm",), timeout=900
     ),
     '.venv/bin/openforge query --run runs/cpu-demo "SELECT harness, count(*) AS episodes, '
     'avg(reward) FROM episodes GROUP BY ALL"': Spec(expect=(r"\bagent\b",)),
