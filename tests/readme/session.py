@@ -10,6 +10,7 @@ import shutil
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -30,6 +31,8 @@ class Spec:
         extra: appended to the command (the README says so where it does: the main job's
             short form).
         timeout: seconds it may take (a service: to become ready).
+        check: called with the copy's root and the command's output once it has passed: a
+            deeper look at what it left behind (the main job's run, for one).
     """
 
     expect: tuple[str, ...] = ()
@@ -38,6 +41,7 @@ class Spec:
     capture: dict[str, str] = field(default_factory=dict)
     extra: str = ""
     timeout: float = 600.0
+    check: Callable[[Path, str], None] | None = None
 
 
 @dataclass
@@ -90,6 +94,8 @@ class Session:
         output = log.read_text(errors="replace")
         assert done.returncode == 0, f"{text!r} exited {done.returncode}:\n{output[-4000:]}"
         self._check(text, spec, output)
+        if spec.check is not None:
+            spec.check(self.work, output)
         return output
 
     def _start(self, command: Command, spec: Spec) -> str:

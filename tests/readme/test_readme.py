@@ -23,6 +23,8 @@ from pathlib import Path
 import pytest
 
 from infra.paths import cache_dir
+from openforge.train.config import load_config
+from tests.openforge.train.checks import check_audit, check_rebuild, check_resumed, check_run
 from tests.readme.commands import (
     Block,
     Command,
@@ -44,6 +46,19 @@ HARNESS_RUN = Spec(
     timeout=900,
 )
 
+_DEMO = load_config(ROOT / "examples" / "cpu-demo.toml")
+DEMO_RUN = Path(_DEMO.run.output_dir).relative_to(ROOT)  # runs/cpu-demo
+DEMO_PER_UPDATE = _DEMO.tasks.per_step * _DEMO.rollouts.samples_per_task  # episodes per update
+
+
+def _main_job_in_depth(work: Path, output: str) -> None:
+    """The main job's run, every part of it (tests/openforge/train/checks.py)."""
+    run = work / DEMO_RUN
+    check_run(run, f"local:{run / 'log'}", per_update=DEMO_PER_UPDATE)
+    check_rebuild(run, work / "runs" / "check-rebuilt")
+    check_audit(run, work / "runs" / "check-audit")
+
+
 # The test command itself (this suite): CI runs exactly it (``.ci/run``).
 TEST_COMMAND = "scripts/setup && .venv/bin/python -m pytest"
 
@@ -52,6 +67,7 @@ SPECS: dict[str, Spec] = {
         expect=(r"2 updates in \d+ s; held-out reward \d\.\d+ \(v0\) -> \d\.\d+ \(v2\)",),
         extra=SHORT,
         timeout=2400,
+        check=_main_job_in_depth,
     ),
     ".venv/bin/openforge services up": Spec(
         service=True, ready=READY, expect=(r"kafka\s+kafka://", VLLM_PORT, "stopping")
@@ -105,7 +121,10 @@ SPECS: dict[str, Spec] = {
         expect=(r"pipeline run \(streaming\) on FnApiRunner: .*episodes_emitted [1-9]",)
     ),
     ".venv/bin/openforge train examples/cpu-demo.toml": Spec(
-        expect=(r"resum", r"2 updates in \d+ s"), extra=SHORT, timeout=1200
+        expect=(r"resum", r"2 updates in \d+ s"),
+        extra=SHORT,
+        timeout=1200,
+        check=lambda work, output: check_resumed(work / DEMO_RUN, output),
     ),
     ".venv/bin/openforge train --show-config": Spec(expect=(r"\[trainer\]", r"\nsteps = ")),
     ".venv/bin/openforge model warm-start": Spec(capture={"MODEL_DIR": r"(/\S+)\s*\Z"}),

@@ -1,0 +1,186 @@
+"""What a short `openforge train` run must leave behind, checked in depth: its summary, curves,
+checkpoints and archive; every event in its event log (update 1 trained on v0 rollouts, update 2
+on v1; never on a held-out task); each query view counting what the log holds; the lineage of
+each step naming the episodes the trainer consumed and where it read them; `openforge replay
+rebuild` rebuilding exactly the archived episodes; the audit page drawing every chart; and,
+rerun, a resume with nothing left to do. Used by the README's main job (tests/readme) and by the
+same config on Kafka (test_run.py).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from typer.testing import CliRunner
+
+from infra.eventlog import DEAD_LETTER_TOPIC, EPISODES_TOPIC, EVENTS_TOPIC, open_reader
+from openforge.audit import html
+from openforge.audit.report import CHART_NAMES, build
+from openforge.cli import app
+from openforge.query.views import open_views
+from schemas.codec import Record, decode_message
+from schemas.completion import CompletionEvent
+from schemas.episode import Episode
+from schemas.reward import RewardEvent
+from schemas.rollout import RolloutEvent
+from tests.openforge.audit.conftest import rendered
+
+
+def processes_mentioning(text: str) -> list[str]:
+    found = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            cmd = (Path("/proc") / pid / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if text in cmd:
+            found.append(f"{pid}: {cmd[:200]}")
+    return found
+
+
+def check_run(out: Path, log_url: str, per_update: int) -> None:
+    """What every 2-update run must leave behind, whatever its event log; ``per_update``: the
+    episodes each update trains on (tasks per step x samples per task)."""
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["updates"] == 2 and summary["policy_version"] == 2
+    # Held-out evaluations at the initial and the final policy, recorded.
+    assert sorted(int(v) for v in summary["heldout"]) == [0, 2]
+    assert (out / "curves.png").stat().st_size > 0
+    assert (out / "trainer" / "metrics.csv").exists()
+    assert any((out / "trainer" / "tensorboard").iterdir())
+    assert (out / "trainer" / "checkpoints" / "LATEST").exists()
+    assert list((out / "archive").rglob("*.parquet"))  # the run's Parquet archive
+
+    topics = [EVENTS_TOPIC, EPISODES_TOPIC, DEAD_LETTER_TOPIC]
+    with open_reader(log_url, topics, "check") as reader:
+        records = [e for rec in reader.poll(100_000, 2.0) for e in decode_message(rec.value)]
+    completions = [e for e in records if isinstance(e, CompletionEvent)]
+    stamped = {s.version for c in completions for s in c.policy_versions}
+    assert {0, 1} <= stamped, stamped  # update 1 trained on v0 rollouts, update 2 on v1
+    heldout = {
+        "echo-" + w for w in ("read", "long", "come", "made", "look", "two", "other", "about")
+    }
+    consumed = [
+        json.loads(line) for line in (out / "trainer" / "consumed.jsonl").read_text().splitlines()
+    ]
+    trained = {e for row in consumed for e in row["episodes"]}
+    assert len(trained) == 2 * per_update  # two updates
+    episodes = {e.episode_id: e for e in records if type(e).__name__ == "Episode"}
+    assert all(episodes[e].task_id not in heldout for e in trained)  # never trained on held-out
+    assert any(e.task_id in heldout for e in episodes.values())  # but they are recorded
+    played = {p.parent.name for p in out.glob("*/rollouts/*/result.json")}
+    assert played and played <= {e.rollout_id for e in episodes.values()}  # none left behind
+    _check_views(out, records, played)
+    _check_lineage(out, log_url, consumed, episodes, per_update)
+
+    assert processes_mentioning(str(out)) == []  # vLLM, the proxy, the pipeline: all stopped
+
+
+def _count(con: Any, sql: str) -> int:
+    return int(con.sql(sql).fetchall()[0][0])
+
+
+def _check_views(out: Path, records: list[Record], played: set[str]) -> None:
+    """Each view over the run's archive counts what the event log holds."""
+    con = open_views(run=out)
+    calls = {r.event_id: r for r in records if isinstance(r, CompletionEvent)}
+    phases = {r.event_id for r in records if isinstance(r, RolloutEvent)}
+    rewards = {r.event_id: r for r in records if isinstance(r, RewardEvent)}
+    episodes: dict[str, Episode] = {}
+    for e in records:  # an episode supersedes a dead letter of its rollout
+        if isinstance(e, Episode) and (e.dead_letter is None or e.episode_id not in episodes):
+            episodes[e.episode_id] = e
+    assert _count(con, "SELECT count(*) FROM completions") == len(calls) > 0
+    tokens = sum(len(c.completion_token_ids) for c in calls.values())
+    assert _count(con, "SELECT count(*) FROM tokens") == tokens > 0
+    assert _count(con, "SELECT count(*) FROM rollouts") == len(phases)
+    assert _count(con, "SELECT count(DISTINCT rollout_id) FROM rollouts") >= len(played)
+    assert _count(con, "SELECT count(*) FROM rewards") == len(rewards)
+    verified = {
+        p.parent.name
+        for p in out.glob("*/rollouts/*/result.json")
+        if json.loads(p.read_text()).get("status") == "verified"
+    }
+    assert {r.rollout_id for r in rewards.values()} == verified  # one per rollout scored
+    assert _count(con, "SELECT count(*) FROM episodes") == len(episodes)
+    samples = sum(len(e.samples) for e in episodes.values())
+    assert _count(con, "SELECT count(*) FROM samples") == samples > 0
+    assert _count(con, "SELECT count(*) FROM forks") == sum(len(e.forks) for e in episodes.values())
+
+
+def _check_lineage(
+    out: Path,
+    log_url: str,
+    consumed: list[dict[str, Any]],
+    episodes: dict[str, Episode],
+    per_update: int,
+) -> None:
+    """The lineage of steps 1 and 2 names exactly the episodes the trainer consumed, with their
+    rollouts, and the log offsets it read them at hold those episodes."""
+    con = open_views(run=out)
+    metrics = {
+        int(float(r["step"])): r
+        for r in csv.DictReader((out / "trainer/metrics.csv").read_text().splitlines())
+    }
+    with open_reader(log_url) as reader:
+        for step in (1, 2):
+            rows = con.sql(
+                "SELECT episode_id, rollout_id, log_topic, log_partition, log_offset, "
+                f"policy_version, metrics FROM steps WHERE step = {step}"
+            ).fetchall()
+            (wanted,) = [row["episodes"] for row in consumed if row["step"] == step]
+            assert sorted(r[0] for r in rows) == sorted(wanted) and len(rows) == per_update
+            for episode_id, rollout_id, topic, partition, offset, version, measured in rows:
+                assert rollout_id == episodes[episode_id].rollout_id
+                assert topic == EPISODES_TOPIC and version == step
+                (at,) = reader.read(topic, partition, offset, 1, timeout=2.0).records
+                assert [e.episode_id for e in decode_message(at.value)] == [episode_id]
+                assert measured["reward/mean"] == float(metrics[step]["reward/mean"])
+                assert "actor/pg_loss" in measured and "rollout_corr/rollout_is_mean" in measured
+
+
+def check_rebuild(out: Path, rebuilt: Path) -> None:
+    """`openforge replay rebuild` of the run's archive: exactly the archived episodes."""
+    result = CliRunner().invoke(
+        app, ["replay", "rebuild", "--from", str(out / "archive"), "--to", str(rebuilt)]
+    )
+    assert result.exit_code == 0, result.output
+    assert "identical: all" in result.output, result.output
+    con = open_views(rebuilt)
+    assert _count(con, "SELECT count(*) FROM episodes") == _count(
+        open_views(run=out), "SELECT count(*) FROM episodes"
+    )
+
+
+def check_audit(out: Path, tmp: Path) -> None:
+    """`openforge audit`'s page of the run, loaded in headless Chromium: every chart drawn with
+    all its marks on screen, but those of what a clean short run has none of."""
+    page = html.write(build(out), tmp / "audit.html")
+    dom = rendered(page, tmp)
+    marks = {str(c["data-chart"]): int(c["data-marks"] or 0) for c in dom.charts}
+    assert list(marks) == list(CHART_NAMES)
+    empty = {name for name, n in marks.items() if n == 0}
+    # A clean run of the raw tiny model: nothing failed, and it may fork or call a tool or not.
+    assert empty <= {"fork_classes_by_harness", "failures", "tool_calls"}, marks
+    assert all(c["data-rendered-marks"] == c["data-marks"] for c in dom.charts), dom.charts
+    assert dom.no_data == len(empty) and dom.external == []
+
+
+def check_resumed(out: Path, output: str) -> None:
+    """A rerun of the finished run: resumed from its checkpoint, nothing left to do, everything
+    stopped, and the restarted pipeline archived no event twice (it read the log from its start)."""
+    assert "resuming after update 2" in output, output[-3000:]
+    assert json.loads((out / "summary.json").read_text())["updates"] == 2
+    assert processes_mentioning(str(out)) == []
+    con = open_views(run=out)
+    pairs = (("completions", "completion"), ("rollouts", "rollout"), ("rewards", "reward"))
+    for view, raw in pairs:
+        assert _count(con, f"SELECT count(*) FROM raw.{raw}") == _count(
+            con, f"SELECT count(*) FROM {view}"
+        )
