@@ -112,6 +112,14 @@ class RunDir:
         self.root = root
         (root / "rollouts").mkdir(parents=True, exist_ok=True)
 
+    @classmethod
+    def found_in(cls, path: Path) -> list[RunDir]:
+        """The job directories ``path`` holds: ``path`` itself (``openforge rollouts run
+        --out``) and those a training run keeps under it (``rollouts/`` and ``eval/``)."""
+        kept = [root for root in (path / "rollouts", path / "eval") if (root / "rollouts").is_dir()]
+        roots = kept or ([path] if (path / "rollouts").is_dir() else [])
+        return [cls(root) for root in roots]
+
     def rollout_root(self, rollout_id: str) -> Path:
         return self.root / "rollouts" / rollout_id
 

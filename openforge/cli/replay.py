@@ -104,6 +104,15 @@ def rescore(
     if report.pipeline is not None:
         console.print(report.pipeline.line())
     console.print(f"report: {report.directory / 'report.json'}")
+    console.print(
+        f"{totals[0]} rollouts re-scored, {totals[1]} rewards changed, "
+        f"{totals[2]} episodes rebuilt, {len(report.skipped)} skipped"
+    )
+    if totals[0] == 0:
+        first = next(iter(report.skipped.items()), None)
+        why = f"; the first skipped, {first[0]}: {first[1]}" if first else ": it has no rollouts"
+        console.print(f"[red]error:[/] nothing in {run} was re-scored{why}")
+        raise typer.Exit(1)
 
 
 @app.command("train")

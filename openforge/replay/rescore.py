@@ -35,7 +35,7 @@ from pathlib import Path
 from infra.sandbox import SandboxBackend, SandboxOutcome
 from infra.tasks import Task, load_dataset
 from orchestrator import final_workspace
-from orchestrator.rundir import Status
+from orchestrator.rundir import RolloutOutcome, RunDir, Status
 from orchestrator.verifier import run_verifier
 from orchestrator.workspace import lay_out
 from pipeline.assembly import reward_order
@@ -48,7 +48,6 @@ from schemas.errors import ConfigError, OpenForgeError
 from schemas.reward import RewardEvent
 from schemas.rollout import RolloutEvent
 
-ROLLOUT_DIRS = ("rollouts", "eval")  # where a run keeps its rollouts' directories
 # Batch assembly of old events with a new reward: a re-score may come weeks after the rollout,
 # and the whole history is at hand, so no reward is late.
 REPLAY_LATENESS_S = 10 * 365 * 24 * 3600.0
@@ -129,10 +128,13 @@ class RescoreReport:
         return [(task, *counts) for task, counts in sorted(rows.items())]
 
 
-def _rollout_dirs(run: Path) -> list[Path]:
-    return sorted(
-        p.parent for sub in ROLLOUT_DIRS for p in (run / sub).glob("*/result.json") if p.is_file()
-    )
+def _rollouts(run: Path) -> list[tuple[RolloutOutcome, Path]]:
+    """Each rollout of ``run`` (a rollouts run or a training run): its outcome and directory."""
+    return [
+        (outcome, job.rollout_root(outcome.rollout_id))
+        for job in RunDir.found_in(run)
+        for outcome in job.outcomes()
+    ]
 
 
 def _archive(run: Path) -> Path:
@@ -212,11 +214,10 @@ def rescore(
     directory = cfg.run / "rescore" / f"v{version}"
     skipped: dict[str, str] = {}
     todo: list[tuple[Task, Path]] = []
-    for rollout_dir in _rollout_dirs(cfg.run):
-        result = json.loads((rollout_dir / "result.json").read_text())
-        rid, task_id = rollout_dir.name, result.get("task_id")
-        if result.get("status") != Status.VERIFIED:
-            skipped[rid] = f"not verified ({result.get('status')})"
+    for outcome, rollout_dir in _rollouts(cfg.run):
+        rid, task_id = outcome.rollout_id, outcome.task_id
+        if outcome.status is not Status.VERIFIED:
+            skipped[rid] = f"not verified ({outcome.status})"
         elif task_id not in tasks:
             skipped[rid] = f"task {task_id!r} is not in {cfg.tasks}"
         elif not (rollout_dir / final_workspace.ARCHIVE).exists():

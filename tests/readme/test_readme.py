@@ -141,7 +141,7 @@ SPECS: dict[str, Spec] = {
         expect=(r"identical: all \d+ archived episodes rebuilt as they were",)
     ),
     ".venv/bin/openforge replay rescore --from runs/cpu-demo --tasks examples/echo-words": Spec(
-        expect=(r"re-?scored",), timeout=900
+        expect=(r"\b[1-9]\d* rollouts re-scored, \d+ rewards changed",), timeout=900
     ),
     ".venv/bin/openforge replay train --from runs/cpu-demo --model MODEL_DIR --out runs/retrain "
     "--where \"harness = 'agent' AND reward > 0\"": Spec(expect=(r"\bsteps?\b",), timeout=900),

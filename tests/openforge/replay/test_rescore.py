@@ -122,3 +122,14 @@ def test_a_stricter_verifier_changes_exactly_the_rewards_it_should(
         assert reward == component == (0.0 if rollout_id in wordy else 1.0)
     versions = con.sql("SELECT count(*) FROM rewards WHERE verifier_version = 1").fetchall()
     assert versions == [(4,)]
+
+    # A task set that holds none of the run's tasks re-scores nothing: that is a failure, with why.
+    other = tmp_path / "other"
+    _task(other, "unrelated", "hello", STRICT)
+    result = CliRunner().invoke(
+        app, ["replay", "rescore", "--from", str(run), "--tasks", str(other)]
+    )
+    assert result.exit_code == 1, result.output
+    flat = " ".join(result.output.split())
+    assert "0 rollouts re-scored" in flat and "nothing in" in flat, result.output
+    assert "is not in" in flat  # the first skipped rollout's reason
