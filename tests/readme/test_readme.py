@@ -135,7 +135,9 @@ SPECS: dict[str, Spec] = {
     '.venv/bin/openforge query --run runs/cpu-demo "SELECT harness, count(*) AS episodes, '
     'avg(reward) FROM episodes GROUP BY ALL"': Spec(expect=(r"\bagent\b",)),
     '.venv/bin/openforge query --archive runs/cpu-demo/archive "SELECT * FROM tokens" '
-    "--format parquet --out runs/tokens.parquet": Spec(expect=(r"tokens\.parquet",)),
+    "--format parquet --out runs/tokens.parquet": Spec(
+        expect=(r"\b[1-9]\d* rows written to /\S+/runs/tokens\.parquet",)
+    ),
     ".venv/bin/openforge query --views": Spec(expect=(r"\bcompletions\b", r"\bepisodes\b")),
     ".venv/bin/openforge replay rebuild --from runs/cpu-demo/archive --to runs/rebuilt": Spec(
         expect=(r"identical: all \d+ archived episodes rebuilt as they were",)
@@ -144,7 +146,9 @@ SPECS: dict[str, Spec] = {
         expect=(r"\b[1-9]\d* rollouts re-scored, \d+ rewards changed",), timeout=900
     ),
     ".venv/bin/openforge replay train --from runs/cpu-demo --model MODEL_DIR --out runs/retrain "
-    "--where \"harness = 'agent' AND reward > 0\"": Spec(expect=(r"\bsteps?\b",), timeout=900),
+    "--where \"harness = 'agent' AND reward > 0\"": Spec(
+        expect=(r"RL on [1-9]\d* selected episodes: [1-9]\d* steps",), timeout=900
+    ),
     ".venv/bin/openforge audit runs/cpu-demo --html runs/audit.html": Spec(
         expect=(r"\d+ rollouts, \d+ lifecycle events, \d+ calls",)
     ),
