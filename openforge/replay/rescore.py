@@ -204,14 +204,41 @@ def rescore(
     archive = _archive(cfg.run)
     tasks = {t.id: t for t in load_dataset(cfg.tasks)}
     current, top = _current_rewards(archive)
-    version = cfg.verifier_version if cfg.verifier_version is not None else top + 1
+    version = _new_version(cfg.verifier_version, top, archive)
+    directory = cfg.run / "rescore" / f"v{version}"
+    todo, skipped = _select(cfg, tasks, current)
+
+    def one(item: tuple[Task, Path]) -> Rescored:
+        done = _rescore_rollout(sandbox, item, current, directory)
+        if on_rollout is not None:
+            on_rollout(done)
+        return done
+
+    with ThreadPoolExecutor(cfg.concurrency, thread_name_prefix="rescore") as pool:
+        rescored = list(pool.map(one, todo))
+    _publish(archive, rescored, tasks, version, directory)
+    pipeline, rebuilt = _rebuild(cfg, archive, rescored, directory)
+    report = RescoreReport(version, rescored, skipped, rebuilt, pipeline, directory)
+    _write_report(report, cfg.tasks)
+    return report
+
+
+def _new_version(wanted: int | None, top: int, archive: Path) -> int:
+    """The verifier version of the new rewards: ``wanted``, or one above the ``top`` recorded."""
+    version = wanted if wanted is not None else top + 1
     if version <= top:
         raise ConfigError(
             f"verifier version {version} is not newer than the {top} already recorded in "
             f"{archive}: the reward join would keep version {top}; pass --verifier-version "
             f"{top + 1} (or leave it out)"
         )
-    directory = cfg.run / "rescore" / f"v{version}"
+    return version
+
+
+def _select(
+    cfg: RescoreConfig, tasks: dict[str, Task], current: dict[str, RewardEvent]
+) -> tuple[list[tuple[Task, Path]], dict[str, str]]:
+    """The rollouts to re-score (task, rollout directory), and why each other one is skipped."""
     skipped: dict[str, str] = {}
     todo: list[tuple[Task, Path]] = []
     for outcome, rollout_dir in _rollouts(cfg.run):
@@ -227,26 +254,38 @@ def rescore(
             skipped[rid] = "no reward of it in the event archive"
         else:
             todo.append((tasks[task_id], rollout_dir))
+    return todo, skipped
 
-    def one(item: tuple[Task, Path]) -> Rescored:
-        task, rollout_dir = item
-        rid = rollout_dir.name
-        old = current[rid]
-        done = Rescored(rid, task.id, old.reward, old_components=dict(old.components))
-        try:
-            reward, components, error = rescore_one(
-                sandbox, task, rollout_dir, directory / "rollouts" / rid
-            )
-        except (OSError, OpenForgeError) as exc:  # a task that cannot be laid out, no archive
-            reward, components, error = None, {}, str(exc)
-        done.new_reward, done.new_components, done.error = reward, components, error
-        if on_rollout is not None:
-            on_rollout(done)
-        return done
 
-    with ThreadPoolExecutor(cfg.concurrency, thread_name_prefix="rescore") as pool:
-        rescored = list(pool.map(one, todo))
+def _rescore_rollout(
+    sandbox: SandboxBackend,
+    item: tuple[Task, Path],
+    current: dict[str, RewardEvent],
+    directory: Path,
+) -> Rescored:
+    """One rollout verified again, beside its old reward (an error of its own is kept on it)."""
+    task, rollout_dir = item
+    rid = rollout_dir.name
+    old = current[rid]
+    done = Rescored(rid, task.id, old.reward, old_components=dict(old.components))
+    try:
+        reward, components, error = rescore_one(
+            sandbox, task, rollout_dir, directory / "rollouts" / rid
+        )
+    except (OSError, OpenForgeError) as exc:  # a task that cannot be laid out, no archive
+        reward, components, error = None, {}, str(exc)
+    done.new_reward, done.new_components, done.error = reward, components, error
+    return done
 
+
+def _publish(
+    archive: Path,
+    rescored: list[Rescored],
+    tasks: dict[str, Task],
+    version: int,
+    directory: Path,
+) -> None:
+    """The new rewards, marked with ``version``, into the run's archive (its durable record)."""
     events = [
         RewardEvent(
             event_id=f"rw-{uuid.uuid4().hex}",
@@ -263,47 +302,48 @@ def rescore(
         if r.error is None and r.new_reward is not None
     ]
     if events:
-        ArchiveWriter(archive).write(events)  # published: the run's durable record of rewards
+        ArchiveWriter(archive).write(events)
 
+
+def _rebuild(
+    cfg: RescoreConfig, archive: Path, rescored: list[Rescored], directory: Path
+) -> tuple[RunReport | None, list[str]]:
+    """The episodes the new rewards change, rebuilt beside the run's: the batch job's report and
+    the rebuilt episode ids."""
     changed = {r.rollout_id for r in rescored if r.episode_changes}
-    pipeline, rebuilt = None, []
-    if changed:
-        ArchiveWriter(directory / "events").write(_events_of(archive, changed))
-        # Beside the run's episodes: in its one archive root (runs of `openforge train`), or
-        # in the episodes/ and deadletter/ roots of the older layout.
-        one_root = cfg.episodes_out is None and (archive / "record=episode").is_dir()
-        out = archive if one_root else (cfg.episodes_out or cfg.run / "episodes")
-        roots = [out] if one_root else [out / "episodes", out / "deadletter"]
-        started = time.time_ns() // 1000
-        pipeline = run_replay(
-            str(directory / "events"),
-            Outputs(run_archive=str(out)) if one_root else Outputs(archive=str(out)),
-            cfg.beam_args,
-            allowed_lateness_s=REPLAY_LATENESS_S,
-        )
-        wanted = {episode_id_for(rid) for rid in changed}
-        rebuilt = sorted(
-            {
-                e.episode_id
-                for root in roots
-                for e in read_archive(root, Episode)
-                if e.episode_id in wanted and e.created_us >= started
-            }
-        )
-    report = RescoreReport(version, rescored, skipped, rebuilt, pipeline, directory)
-    directory.mkdir(parents=True, exist_ok=True)
-    (directory / "report.json").write_text(
-        json.dumps(
-            {
-                "verifier_version": version,
-                "tasks": str(cfg.tasks),
-                "rescored": [{**asdict(r), "changed": r.changed} for r in rescored],
-                "skipped": skipped,
-                "episodes_rebuilt": rebuilt,
-                "pipeline": pipeline.line() if pipeline else None,
-            },
-            indent=2,
-        )
-        + "\n"
+    if not changed:
+        return None, []
+    ArchiveWriter(directory / "events").write(_events_of(archive, changed))
+    # Beside the run's episodes: in its one archive root (runs of `openforge train`), or
+    # in the episodes/ and deadletter/ roots of the older layout.
+    one_root = cfg.episodes_out is None and (archive / "record=episode").is_dir()
+    out = archive if one_root else (cfg.episodes_out or cfg.run / "episodes")
+    roots = [out] if one_root else [out / "episodes", out / "deadletter"]
+    started = time.time_ns() // 1000
+    pipeline = run_replay(
+        str(directory / "events"),
+        Outputs(run_archive=str(out)) if one_root else Outputs(archive=str(out)),
+        cfg.beam_args,
+        allowed_lateness_s=REPLAY_LATENESS_S,
     )
-    return report
+    wanted = {episode_id_for(rid) for rid in changed}
+    rebuilt = {
+        e.episode_id
+        for root in roots
+        for e in read_archive(root, Episode)
+        if e.episode_id in wanted and e.created_us >= started
+    }
+    return pipeline, sorted(rebuilt)
+
+
+def _write_report(report: RescoreReport, tasks: Path) -> None:
+    report.directory.mkdir(parents=True, exist_ok=True)
+    body = {
+        "verifier_version": report.version,
+        "tasks": str(tasks),
+        "rescored": [{**asdict(r), "changed": r.changed} for r in report.rescored],
+        "skipped": report.skipped,
+        "episodes_rebuilt": report.rebuilt,
+        "pipeline": report.pipeline.line() if report.pipeline else None,
+    }
+    (report.directory / "report.json").write_text(json.dumps(body, indent=2) + "\n")
