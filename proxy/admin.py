@@ -152,7 +152,8 @@ async def finish_rollout(state: ProxyState, request: Request) -> Response:
     if rollout is None:
         done = state.rollouts.finished(rollout_id)
         if done is not None:  # a retried finish: answer as before, record nothing new
-            return JSONResponse({"rollout_id": rollout_id, "phase": done.phase.value})
+            answer = {"rollout_id": rollout_id, "phase": done.phase.value, "calls": done.calls}
+            return JSONResponse(answer)
         raise ProxyError(404, f"unknown rollout {rollout_id!r}: register it first")
     body = await _optional_body(state, request)
     try:

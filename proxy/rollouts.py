@@ -96,6 +96,7 @@ class FinishedRollout:
     task_id: str | None
     api_key: str | None
     record: bool = True
+    calls: int = 0  # calls it had made when it finished (what its finish answered)
 
 
 class RolloutRegistry:
@@ -151,7 +152,12 @@ class RolloutRegistry:
         if rollout.api_key is not None:
             self._by_key.pop(rollout.api_key, None)
         done = FinishedRollout(
-            rollout.rollout_id, phase, rollout.task_id, rollout.api_key, rollout.record
+            rollout.rollout_id,
+            phase,
+            rollout.task_id,
+            rollout.api_key,
+            rollout.record,
+            rollout.calls,
         )
         self._finished[rollout.rollout_id] = done
         if done.api_key is not None:
