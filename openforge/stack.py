@@ -228,6 +228,11 @@ def serve(spec: StackSpec, say: Callable[[str], None] = print) -> Iterator[Stack
         yield Stack(admin.url, admin, endpoint, spec.log_url, spec.tokenizer, spec.model, vllm)
 
 
+# The most tokens one call of a local stack generates (harnesses ask for up to 32k; the tiny
+# model's answers are noise that need not be long).
+LOCAL_MAX_TOKENS = 512
+
+
 @contextmanager
 def local_stack(
     out: Path,
@@ -235,7 +240,7 @@ def local_stack(
     needs_model: bool,
     context: int = 4096,
     model_dir: Path | None = None,
-    max_tokens_cap: int | None = 512,
+    max_tokens_cap: int | None = LOCAL_MAX_TOKENS,
     say: Callable[[str], None] = print,
 ) -> Iterator[Stack]:
     """vLLM (when ``needs_model``) serving ``model_dir`` (default: the tiny model) as

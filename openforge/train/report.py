@@ -230,6 +230,14 @@ def run_summary(root: Path, seconds: float) -> RunSummary:
     )
 
 
+def previous_seconds(root: Path) -> float:
+    """The seconds the run's last written summary says it took (0 without one)."""
+    try:
+        return float(json.loads((root / "summary.json").read_text())["seconds"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return 0.0
+
+
 def write_summary(root: Path, summary: RunSummary) -> None:
     """``summary.json`` in the run directory."""
     text = json.dumps(dataclasses.asdict(summary), indent=2, default=str)

@@ -45,7 +45,7 @@ from openforge.stack import (
 from openforge.train.config import TrainConfig
 from openforge.train.driver import EvalLog, Pacing, RolloutDriver
 from openforge.train.launch import Launch, prepare_launch
-from openforge.train.report import Live, Report, write_report
+from openforge.train.report import Live, Report, previous_seconds, write_report
 from orchestrator.backend import RunProxy
 from orchestrator.registry import RolloutBackendConfig, build_backend
 from orchestrator.run import Orchestrator, OrchestratorConfig
@@ -146,6 +146,8 @@ class TrainingRun:
         """Start the stack, the pipeline and the rollout driver, train in this thread, then
         write the report; everything started is stopped on the way out, in reverse."""
         launch = self._set_up()
+        if self._nothing_left(launch):
+            return self._report_again()
         with ExitStack() as stack:
             services, vllm, sync = self._start_stack(stack, launch)
             job = pipeline_job(self.cfg, self.root, launch.log_url)
@@ -156,6 +158,20 @@ class TrainingRun:
             seconds = self._finish(launch)
         title = f"{self.cfg.tasks.dataset} ({self.cfg.harness.name})"
         return write_report(self.root, self.evals.rows, title, seconds)
+
+    def _nothing_left(self, launch: Launch) -> bool:
+        """A rerun of a finished run: every update made and the last policy evaluated."""
+        trained = launch.done_steps >= self.cfg.trainer.steps
+        return trained and (not launch.heldout or self.evals.done(launch.version))
+
+    def _report_again(self) -> Report:
+        """The finished run's report, written again from its records; nothing is started."""
+        self.say(
+            f"nothing left to do: all {self.cfg.trainer.steps} updates were made and their "
+            "last policy evaluated; raise trainer.steps to train on"
+        )
+        title = f"{self.cfg.tasks.dataset} ({self.cfg.harness.name})"
+        return write_report(self.root, self.evals.rows, title, previous_seconds(self.root))
 
     def _start_stack(
         self, stack: ExitStack, launch: Launch

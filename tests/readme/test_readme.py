@@ -23,7 +23,10 @@ from pathlib import Path
 import pytest
 
 from infra.paths import cache_dir
+from openforge.stack import LOCAL_MAX_TOKENS
 from openforge.train.config import load_config
+from tests.infra.harnesses.conftest import installed
+from tests.infra.harnesses.recording import check_rollouts_run
 from tests.openforge.train.checks import check_audit, check_rebuild, check_resumed, check_run
 from tests.readme.commands import (
     Block,
@@ -41,10 +44,19 @@ READY = r"running; press Ctrl-C to stop"
 VLLM_PORT = r"vllm\s+http://127\.0\.0\.1:(\d+)/v1"
 PROXY_READY = r"openforge proxy.* listening on http://127\.0\.0\.1:8100"
 REGISTERED = r'"api_key":\s*"ofk_'
-HARNESS_RUN = Spec(
-    expect=(r"\b3 verified, 0 gave up after infrastructure failures, [1-9]\d* calls recorded",),
-    timeout=900,
-)
+
+
+def _harness_run(name: str) -> Spec:
+    """A real harness's run on the tiny model: every rollout verified and its calls recorded
+    (tests/infra/harnesses/recording.py)."""
+    return Spec(
+        expect=(r"\b3 verified, 0 gave up after infrastructure failures, [1-9]\d* calls recorded",),
+        timeout=900,
+        check=lambda work, _: check_rollouts_run(
+            work / "runs" / name, installed(name), LOCAL_MAX_TOKENS
+        ),
+    )
+
 
 _DEMO = load_config(ROOT / "examples" / "cpu-demo.toml")
 DEMO_RUN = Path(_DEMO.run.output_dir).relative_to(ROOT)  # runs/cpu-demo
@@ -98,11 +110,11 @@ SPECS: dict[str, Spec] = {
         )
     ),
     ".venv/bin/openforge rollouts run --tasks examples/tasks --harness codex "
-    "--out runs/codex": HARNESS_RUN,
+    "--out runs/codex": _harness_run("codex"),
     ".venv/bin/openforge rollouts run --tasks examples/tasks --harness claude-code "
-    "--out runs/claude-code": HARNESS_RUN,
+    "--out runs/claude-code": _harness_run("claude-code"),
     ".venv/bin/openforge rollouts run --tasks examples/tasks --harness openclaw "
-    "--out runs/openclaw": HARNESS_RUN,
+    "--out runs/openclaw": _harness_run("openclaw"),
     ".venv/bin/openforge tasks check examples/tasks": Spec(
         expect=(r"3 tasks: 3 runnable here, 0 refused; oracle below 1 on 0",)
     ),

@@ -35,12 +35,16 @@ def long_vllm(long_model_dir: Path) -> Iterator[VLLMServer]:
         yield server
 
 
-@pytest.fixture(params=model_harnesses())
-def harness(request: pytest.FixtureRequest) -> Harness:
-    """Each harness that calls a model, in turn (the oracle has its own tests); fails (with the
-    set-up command to run) if it is not installed."""
-    h = HARNESSES[request.param]()
+def installed(name: str) -> Harness:
+    """The harness ``name``; fails (with the set-up command to run) if it is not installed."""
+    h = HARNESSES[name]()
     h.executable()
     if h.node_bin_dir() is not None:
         assert (h.node_bin_dir() / "node").exists()  # type: ignore[operator]
     return h
+
+
+@pytest.fixture(params=model_harnesses())
+def harness(request: pytest.FixtureRequest) -> Harness:
+    """Each harness that calls a model, in turn (the oracle has its own tests)."""
+    return installed(request.param)

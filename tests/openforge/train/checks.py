@@ -173,9 +173,11 @@ def check_audit(out: Path, tmp: Path) -> None:
 
 
 def check_resumed(out: Path, output: str) -> None:
-    """A rerun of the finished run: resumed from its checkpoint, nothing left to do, everything
-    stopped, and the restarted pipeline archived no event twice (it read the log from its start)."""
+    """A rerun of the finished run: resumed from its checkpoint, nothing left to do (nothing
+    started), and the archive still holds each event once."""
     assert "resuming after update 2" in output, output[-3000:]
+    flat = " ".join(output.split())
+    assert "nothing left to do: all 2 updates were made" in flat, output[-3000:]
     assert json.loads((out / "summary.json").read_text())["updates"] == 2
     assert processes_mentioning(str(out)) == []
     con = open_views(run=out)
