@@ -85,14 +85,14 @@ def _fail_if_rollouts_gave_up(console: Console, root: Path) -> None:
     the report is written, but the run is no success; print the first failure and its files."""
     from orchestrator.rundir import RunDir, Status
 
-    for sub in ("rollouts", "eval"):
-        failed = [o for o in RunDir(root / sub).outcomes() if o.status is Status.INFRA_FAILED]
+    for job in RunDir.found_in(root):
+        failed = [o for o in job.outcomes() if o.status is Status.INFRA_FAILED]
         if failed:
             first = failed[0]
             console.print(
-                f"[bold red]{len(failed)} {sub} gave up after infrastructure failures[/]; the "
-                f"first ({first.rollout_id}): {first.message.strip()[:1500]}\n  its files: "
-                f"{root / sub / 'rollouts' / first.rollout_id}"
+                f"[bold red]{len(failed)} {job.root.name} gave up after infrastructure "
+                f"failures[/]; the first ({first.rollout_id}): {first.message.strip()[:1500]}"
+                f"\n  its files: {job.rollout_root(first.rollout_id)}"
             )
             raise typer.Exit(1)
 

@@ -156,8 +156,7 @@ class TrainingRun:
             self._start_watchdog([vllm, pipeline])
             self._train(launch, sync)
             seconds = self._finish(launch)
-        title = f"{self.cfg.tasks.dataset} ({self.cfg.harness.name})"
-        return write_report(self.root, self.evals.rows, title, seconds)
+        return write_report(self.root, self.evals.rows, self._title(), seconds)
 
     def _nothing_left(self, launch: Launch) -> bool:
         """A rerun of a finished run: every update made and the last policy evaluated."""
@@ -170,8 +169,10 @@ class TrainingRun:
             f"nothing left to do: all {self.cfg.trainer.steps} updates were made and their "
             "last policy evaluated; raise trainer.steps to train on"
         )
-        title = f"{self.cfg.tasks.dataset} ({self.cfg.harness.name})"
-        return write_report(self.root, self.evals.rows, title, previous_seconds(self.root))
+        return write_report(self.root, self.evals.rows, self._title(), previous_seconds(self.root))
+
+    def _title(self) -> str:
+        return f"{self.cfg.tasks.dataset} ({self.cfg.harness.name})"
 
     def _start_stack(
         self, stack: ExitStack, launch: Launch
@@ -297,8 +298,8 @@ class TrainingRun:
 
         wanted = {
             outcome.rollout_id
-            for sub in ("rollouts", "eval")
-            for outcome in RunDir(self.root / sub).outcomes(prefix=f"{self.tag}-")
+            for job in RunDir.found_in(self.root)
+            for outcome in job.outcomes(prefix=f"{self.tag}-")
             if outcome.status is Status.VERIFIED
         }
         deadline = time.monotonic() + timeout
