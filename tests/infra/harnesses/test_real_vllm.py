@@ -70,9 +70,7 @@ def test_harness_runs_through_the_proxy_on_real_vllm(
     for event in events:
         prompt = rebuild.prompt(event)
         if event.status is not CompletionStatus.OK or event.sampling.temperature not in (None, 1):
-            continue
-        assert len(prompt) == event.prompt_length
-        assert 0 < len(event.completion_token_ids) <= MAX_TOKENS
+            continue  # (lengths and the cap: check_calls above)
         # vLLM's logprob of each recorded token after its prompt (scored, not sampled).
         full = prompt + event.completion_token_ids
         scored = _vllm_logprobs(long_vllm, "tiny", full)[len(prompt) - 1 :]
