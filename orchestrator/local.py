@@ -36,11 +36,12 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from infra.harnesses import Harness, Network
 from infra.harnesses.base import Endpoint, RolloutDirs
+from infra.images import ImagePolicy
 from infra.sandbox import (
     BubblewrapSandbox,
     Mount,
@@ -61,8 +62,9 @@ from orchestrator.backend import (
     require_solution,
 )
 from orchestrator.backend import RolloutJob as Job
+from orchestrator.environments import Environments, SandboxMode
 from orchestrator.verifier import LOGS, VERIFIER_PATH, limits, run_verifier
-from orchestrator.workspace import Prepared, lay_out, notes
+from orchestrator.workspace import Prepared
 from schemas.enums import RolloutPhase
 from schemas.errors import ConfigError, InfrastructureError, SandboxError, SetupError
 
@@ -79,6 +81,8 @@ class LocalConfig:
 
     Attributes:
         bwrap: the bubblewrap binary (None: ``$OPENFORGE_BWRAP``, else the installed one).
+        sandbox: where tasks with an image run (:class:`~orchestrator.environments.SandboxMode`).
+        images: how base images are found (stand-ins, strict, pull).
         max_processes: processes and threads per sandbox at most.
         allow_internet_tasks: run ``allow_internet`` tasks anyway, without internet.
         max_workspace_bytes: a final workspace up to this size is saved (for re-scoring).
@@ -88,6 +92,11 @@ class LocalConfig:
     max_processes: int = 512
     allow_internet_tasks: bool = False
     max_workspace_bytes: int = final_workspace.DEFAULT_LIMIT_BYTES
+    sandbox: SandboxMode = SandboxMode.AUTO
+    images: ImagePolicy = field(default_factory=ImagePolicy)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "sandbox", SandboxMode(self.sandbox))
 
 
 class LocalBackend(RolloutBackend):
@@ -102,8 +111,10 @@ class LocalBackend(RolloutBackend):
         max_processes: int = 512,
         allow_internet_tasks: bool = False,
         max_workspace_bytes: int = final_workspace.DEFAULT_LIMIT_BYTES,
+        sandbox_mode: SandboxMode = SandboxMode.AUTO,
+        images: ImagePolicy | None = None,
     ) -> None:
-        self.sandbox = sandbox
+        self.environments = Environments(sandbox, sandbox_mode, images)
         self.proxy = proxy
         self.max_processes = max_processes
         self.allow_internet_tasks = allow_internet_tasks
@@ -124,22 +135,17 @@ class LocalBackend(RolloutBackend):
             max_processes=config.max_processes,
             allow_internet_tasks=config.allow_internet_tasks,
             max_workspace_bytes=config.max_workspace_bytes,
+            sandbox_mode=config.sandbox,
+            images=config.images,
         )
 
     def preflight(self, harness: Harness) -> None:
         """The sandbox's tools (bubblewrap, the limits), and the harness's install."""
-        self.sandbox.preflight()
+        self.environments.preflight()
         harness.executable()
         harness.read_only_paths()
 
     def check(self, task: Task, harness: Harness) -> list[str]:
-        image = task.environment.docker_image
-        if image:
-            raise ConfigError(
-                f"task {task.id} ({task.config_file}) runs in the image {image!r}, which the "
-                "local backend cannot provide (it runs on this machine's root filesystem): run "
-                "it with --backend kubernetes, or drop [environment] docker_image"
-            )
         require_solution(task, harness)
         said = []
         if task.environment.allow_internet:
@@ -150,7 +156,8 @@ class LocalBackend(RolloutBackend):
                     "--allow-internet-tasks to run it without internet anyway"
                 )
             said.append(f"{task.id}: allow_internet = true, run without internet (opted in)")
-        return said + notes(task)  # a refused Dockerfile line raises here, before any start
+        # The task's image is built here, before any start; a refused one raises.
+        return said + self.environments.check(task, say=log.info)
 
     def run(self, job: Job, on_agent_end: Callable[[AgentEnd], None]) -> Verified:
         try:
@@ -163,7 +170,7 @@ class LocalBackend(RolloutBackend):
         if self._cancelled.is_set():
             raise InfrastructureError("cancelled")
         try:
-            prepared = lay_out(task, job.root)
+            prepared = self.environments.prepare(task, job.root)
         # SetupError: building the task's pip environment failed (its index may be back later).
         except (OSError, SetupError) as exc:
             raise InfrastructureError(f"cannot lay out the workspace: {exc}") from exc
@@ -178,7 +185,8 @@ class LocalBackend(RolloutBackend):
         )
         if saved.reason is not None:
             log.warning("rollout %s: %s", job.rollout_id, saved.reason)
-        run = run_verifier(self.sandbox, task, job.root, prepared, self.max_processes)
+        sandbox = self.environments.sandbox(prepared)
+        run = run_verifier(sandbox, task, job.root, prepared, self.max_processes)
         verifier, reward = run.result, run.reward
         if verifier.outcome is not SandboxOutcome.EXITED:
             raise InfrastructureError(f"the verifier did not finish: {verifier.message}")
@@ -216,8 +224,11 @@ class LocalBackend(RolloutBackend):
         if harness.capabilities.runs_solution and task.solution_dir is not None:
             mounts.append(Mount(task.solution_dir, SOLUTION, read_only=True))
         env = {**prepared.env, **inv.env}
+        if prepared.root is not None:  # the harness's own directories, then the image's PATH
+            bins = [str(d) for d in harness.bin_dirs()]
+            env["PATH"] = ":".join([*bins, prepared.env.get("PATH", VERIFIER_PATH)])
         env["PATH"] = ":".join([*prepared.path_prefix, env.get("PATH", VERIFIER_PATH)])
-        result = self.sandbox.run(
+        result = self.environments.sandbox(prepared).run(
             SandboxSpec(
                 argv=tuple(inv.argv),
                 stdout=job.root / "agent.out",
@@ -230,6 +241,7 @@ class LocalBackend(RolloutBackend):
                 limits=limits(task, self.max_processes),
                 timeout_s=task.agent.timeout_sec,
                 home=str(dirs["home"]),
+                root=prepared.root,
             )
         )
         return _agent_end(result, harness, job.root / "agent.out", task.agent.timeout_sec)
@@ -243,7 +255,7 @@ class LocalBackend(RolloutBackend):
 
     def cancel(self) -> None:
         self._cancelled.set()
-        self.sandbox.cancel()
+        self.environments.cancel()
 
 
 def _agent_end(result: SandboxResult, harness: Harness, stdout: Path, timeout: float) -> AgentEnd:

@@ -1,4 +1,5 @@
-"""The local verifier run: a task's ``tests/test.sh`` in a fresh bubblewrap sandbox over a
+"""The local verifier run: a task's ``tests/test.sh`` in a fresh sandbox (a container of the
+task's image, or bubblewrap) over a
 workspace, with ``tests/`` at ``/tests`` read-only, ``/logs/verifier`` writable, the agent's logs
 read-only, and no network at all.
 
@@ -29,7 +30,11 @@ class VerifierRun:
 
 
 def limits(task: Task, max_processes: int) -> Limits:
-    return Limits(memory_mib=task.environment.memory_mb, max_processes=max_processes)
+    return Limits(
+        memory_mib=task.environment.memory_mb,
+        max_processes=max_processes,
+        cpus=float(task.environment.cpus) if task.environment.cpus else None,
+    )
 
 
 def run_verifier(
@@ -47,10 +52,11 @@ def run_verifier(
             cwd=workdir,
             env={
                 **prepared.env,
-                "PATH": ":".join([*prepared.path_prefix, VERIFIER_PATH]),
+                "PATH": ":".join([*prepared.path_prefix, prepared.env.get("PATH", VERIFIER_PATH)]),
                 "LANG": "C.UTF-8",
                 **task.verifier.env,
             },
+            root=prepared.root,
             mounts=(
                 Mount(dirs["workspace"], workdir, read_only=False),
                 Mount(task.tests_dir, TESTS, read_only=True),

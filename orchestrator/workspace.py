@@ -13,12 +13,15 @@ from __future__ import annotations
 
 import functools
 import glob
+import os
 import posixpath
 import shutil
+import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from infra.sandbox import Mount
+from infra.images import TaskImage
+from infra.sandbox import Mount, RootFs
 from infra.tasks import Task
 from infra.tasks.dockerfile import REFUSAL_ADVICE, ImagePlan, parse
 from infra.tasks.pip_env import ensure_pip_env
@@ -38,6 +41,7 @@ class Prepared:
     env: dict[str, str] = field(default_factory=dict)
     mounts: list[Mount] = field(default_factory=list)
     path_prefix: list[str] = field(default_factory=list)
+    root: RootFs | None = None  # the task's image (the container sandbox), or None: the host's
 
 
 def image_plan(task: Task) -> ImagePlan | None:
@@ -91,8 +95,7 @@ def _copy(src: Path, target: Path) -> None:
         shutil.copy2(src, target)
 
 
-def lay_out(task: Task, root: Path) -> Prepared:
-    """Create an attempt's directories under ``root`` and give it the task's files."""
+def _dirs(root: Path) -> dict[str, Path]:
     dirs = {
         "workspace": root / "workspace",
         "home": root / "home",
@@ -103,6 +106,37 @@ def lay_out(task: Task, root: Path) -> Prepared:
         shutil.rmtree(root)
     for path in dirs.values():
         path.mkdir(parents=True)
+    return dirs
+
+
+def lay_out_image(task: Task, root: Path, image: TaskImage) -> Prepared:
+    """An attempt in the task's own image: the workspace starts as the image's ``WORKDIR`` (what
+    its ``COPY`` and ``RUN`` lines left there, owners kept), appears at that path, and belongs,
+    with the home and the log directories, to the image's user; the image's ``ENV`` is set."""
+    dirs = _dirs(root)
+    workdir = image.config.workdir or task.environment.workdir
+    source = image.rootfs / workdir.lstrip("/")
+    if workdir != "/" and source.is_dir():
+        dirs["workspace"].rmdir()
+        done = subprocess.run(
+            ["cp", "-a", "--", str(source), str(dirs["workspace"])], capture_output=True, text=True
+        )
+        if done.returncode != 0:
+            raise OSError(f"cannot copy the image's {workdir} into the workspace: {done.stderr}")
+    user = image.user
+    if not user.root:
+        for name in ("home", "agent_logs", "verifier_logs"):
+            os.chown(dirs[name], user.uid, user.gid)
+        if not source.is_dir():
+            os.chown(dirs["workspace"], user.uid, user.gid)
+    env = {**image.config.env, **task.environment.env}
+    return Prepared(workdir, dirs, env, root=RootFs(image.rootfs, user.uid, user.gid))
+
+
+def lay_out(task: Task, root: Path) -> Prepared:
+    """Create an attempt's directories under ``root`` and give it the task's files (on the
+    host's root filesystem: the Dockerfile's subset, :func:`image_plan`)."""
+    dirs = _dirs(root)
     context = task.environment_dir
     plan = image_plan(task)
     if plan is None:

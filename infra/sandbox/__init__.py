@@ -1,7 +1,8 @@
 """Rollout sandboxes: run a harness, or a task's verifier, in a fresh isolated sandbox.
 
-One interface (:class:`SandboxBackend`: ``run(spec) -> result``) and the local backend,
-``bubblewrap`` (namespaces and cgroup v1 limits on one machine, no Docker).
+One interface (:class:`SandboxBackend`: ``run(spec) -> result``) and two local backends:
+``bubblewrap`` (namespaces and cgroup v1 limits over the host's own system directories) and
+``runc`` (a container of the task's own image), both on one machine without Docker.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from infra.sandbox.base import (
     Limits,
     Mount,
     ProxyEndpoint,
+    RootFs,
     SandboxBackend,
     SandboxName,
     SandboxOutcome,
@@ -18,6 +20,7 @@ from infra.sandbox.base import (
     SandboxSpec,
 )
 from infra.sandbox.bubblewrap import BubblewrapSandbox, LimitEnforcement
+from infra.sandbox.runc import RuncSandbox
 
 
 def sandbox(name: str = SandboxName.BUBBLEWRAP) -> SandboxBackend:
@@ -32,6 +35,8 @@ __all__ = [
     "Limits",
     "Mount",
     "ProxyEndpoint",
+    "RootFs",
+    "RuncSandbox",
     "SandboxBackend",
     "SandboxName",
     "SandboxOutcome",

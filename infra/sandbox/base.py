@@ -39,6 +39,7 @@ class SandboxName(StrEnum):
     """The sandbox backends, by registry name."""
 
     BUBBLEWRAP = "bubblewrap"  # one machine, no Docker: bwrap namespaces + cgroup v1 limits
+    RUNC = "runc"  # one machine, no Docker: a container of the task's own image (OCI, runc)
 
 
 class SandboxOutcome(StrEnum):
@@ -110,13 +111,26 @@ class Limits:
 
     memory_mib: int = 4096
     max_processes: int = 512
+    cpus: float | None = None  # CPU time as a number of cores (a CFS quota); None: no cap
 
     def __post_init__(self) -> None:
+        if self.cpus is not None and not self.cpus > 0:
+            raise ConfigError(f"cpus={self.cpus} must be positive, e.g. 1 or 0.5")
         if self.memory_mib < 16 or self.max_processes < 8:
             raise ConfigError(
                 f"limits too small to start anything (memory_mib={self.memory_mib}, "
                 f"max_processes={self.max_processes}): use at least 16 MiB and 8 processes"
             )
+
+
+@dataclass(frozen=True)
+class RootFs:
+    """An image's root filesystem (a host directory, never written: each run writes to its own
+    layer above it) and the user its processes run as."""
+
+    path: Path
+    uid: int = 0
+    gid: int = 0
 
 
 @dataclass(frozen=True)
@@ -128,6 +142,8 @@ class SandboxSpec:
     (``OPENFORGE_SERVICE_ID``). ``cwd`` is a path inside the sandbox, usually a mount point.
     ``home`` is a private, empty, writable directory (a mount at the same path replaces it).
     ``stdout``/``stderr`` are host files, truncated at start (they may be the same file).
+    ``root`` is the image the command runs in (a backend that runs on the host's own system
+    directories, such as bubblewrap, refuses a spec with one).
     """
 
     argv: tuple[str, ...]
@@ -140,6 +156,7 @@ class SandboxSpec:
     limits: Limits = field(default_factory=Limits)
     timeout_s: float = 600.0
     home: str = "/home/agent"
+    root: RootFs | None = None
 
     def __post_init__(self) -> None:
         if not self.argv or not self.argv[0]:

@@ -66,7 +66,7 @@ from infra.sandbox.base import (
     SandboxSpec,
 )
 from infra.sandbox.lifetime import Init, exits_within, read_status
-from schemas.errors import SandboxError, SetupError
+from schemas.errors import ConfigError, SandboxError, SetupError
 
 FORWARDER = Path(__file__).with_name("forwarder.py")
 INSIDE_FORWARDER = "/run/openforge/forwarder.py"
@@ -225,6 +225,11 @@ class BubblewrapSandbox(SandboxBackend):
         return [prlimit, f"--as={memory}", f"--nproc={spec.limits.max_processes}", "--"]
 
     def run(self, spec: SandboxSpec) -> SandboxResult:
+        if spec.root is not None:
+            raise ConfigError(
+                f"the bubblewrap sandbox runs on this machine's system directories, not an "
+                f"image's root filesystem ({spec.root.path}): use the runc sandbox for it"
+            )
         bwrap = bwrap_binary(self.bwrap)
         sandbox_id = f"{os.getpid()}.sandbox.{uuid.uuid4().hex[:12]}"
         for path in (spec.stdout, spec.stderr):

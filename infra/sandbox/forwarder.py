@@ -1,6 +1,14 @@
 """Inside a sandbox: listen on 127.0.0.1:PORT, run the command, and relay TCP to a Unix socket.
 
     python3 -I -S forwarder.py PORT SOCKET COMMAND [ARG...]
+    python3 -I -S forwarder.py --hook PORT SOCKET PIDFILE     (an OCI createRuntime hook)
+
+The second form is the container sandbox's (:mod:`infra.sandbox.runc`): run on the host by runc
+after the container's namespaces exist and before its process starts, it reads the container's
+state (JSON, on stdin), joins the container's network namespace, listens on 127.0.0.1:PORT there,
+forks a server that relays to SOCKET (a host path: the container sees no socket and no file of
+this script) and exits once the port is listening, so the container's command finds it at once.
+The server writes its pid to PIDFILE and exits when the container's first process does.
 
 A standalone, stdlib-only script (the sandbox sees no site-packages). It is the sandbox's first
 process after bwrap's own init. Order of events, which is what makes it safe to start the command
@@ -79,16 +87,79 @@ async def _serve(listener: socket, target: str, child: int, pidfd: int) -> int:
     return _exit_code(os.waitpid(child, 0)[1])
 
 
+def _listen(port: int) -> socket:
+    listener = _socket.socket(_socket.AF_INET, _socket.SOCK_STREAM)
+    listener.setsockopt(_socket.SOL_SOCKET, _socket.SO_REUSEADDR, 1)
+    listener.bind(("127.0.0.1", port))
+    listener.listen(512)
+    return listener  # type: ignore[return-value]
+
+
+def _join_network_namespace(pid: int) -> None:
+    import ctypes
+
+    fd = os.open(f"/proc/{pid}/ns/net", os.O_RDONLY)
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.setns(fd, 0x40000000) != 0:  # CLONE_NEWNET
+        raise OSError(ctypes.get_errno(), f"setns into the network namespace of pid {pid}")
+    os.close(fd)
+
+
+async def _serve_until(listener: socket, target: str, pidfd: int) -> None:
+    import asyncio
+
+    loop = asyncio.get_running_loop()
+    gone = loop.create_future()
+
+    def on_exit() -> None:
+        if not gone.done():
+            gone.set_result(None)
+
+    loop.add_reader(pidfd, on_exit)
+    server = await asyncio.start_server(lambda r, w: _relay(r, w, target), sock=listener)
+    await gone
+    del server
+
+
+def hook(argv: list[str]) -> int:
+    """The createRuntime hook form (see the module docstring)."""
+    import json
+
+    port, target, pidfile = int(argv[0]), argv[1], argv[2]
+    pid = int(json.loads(sys.stdin.read())["pid"])
+    try:
+        _join_network_namespace(pid)
+        listener = _listen(port)
+        pidfd = os.pidfd_open(pid)
+    except OSError as exc:
+        print(f"openforge-forwarder: cannot listen in the container: {exc}", file=sys.stderr)
+        return 1
+    server = os.fork()
+    if server:
+        with open(pidfile, "w") as f:
+            f.write(str(server))
+        return 0
+    os.setsid()  # runc waits for the hook's stdout and stderr to close: hand them back now
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
+    import asyncio
+    import socket as socket_module
+
+    sock = socket_module.socket(fileno=listener.detach())
+    asyncio.run(_serve_until(sock, target, pidfd))
+    return 0
+
+
 def main(argv: list[str]) -> int:
+    if argv[:1] == ["--hook"]:
+        return hook(argv[1:])
     if len(argv) < 3:
         print("usage: forwarder.py PORT SOCKET COMMAND [ARG...]", file=sys.stderr)
         return 2
     port, target, command = int(argv[0]), argv[1], argv[2:]
     # The C modules (_socket, _thread), not socket and threading: ~20 ms less start-up here.
-    listener = _socket.socket(_socket.AF_INET, _socket.SOCK_STREAM)
-    listener.setsockopt(_socket.SOL_SOCKET, _socket.SO_REUSEADDR, 1)
-    listener.bind(("127.0.0.1", port))
-    listener.listen(512)
+    listener = _listen(port)
     child = os.fork()
     if child == 0:  # the listener is close-on-exec: the command does not inherit it
         try:

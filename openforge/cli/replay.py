@@ -81,10 +81,11 @@ def rescore(
     from infra.sandbox import sandbox
     from openforge.replay.rescore import RescoreConfig
     from openforge.replay.rescore import rescore as run_rescore
+    from orchestrator.environments import Environments
 
     console = Console()
     cfg = RescoreConfig(run, tasks, verifier_version, to, concurrency, tuple(beam_arg or ()))
-    report = run_rescore(cfg, sandbox())
+    report = run_rescore(cfg, Environments(sandbox()))
     table = Table(title=f"re-score with verifier version {report.version}")
     for column in ("task", "rollouts re-scored", "rewards changed", "episodes rebuilt"):
         table.add_column(column, justify="left" if column == "task" else "right")

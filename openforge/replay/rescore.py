@@ -7,7 +7,8 @@ given task set and whose final workspace was saved (:mod:`orchestrator.final_wor
 1. the attempt is laid out afresh under ``RUN/rescore/vN/rollouts/ID/`` (the task's files, its
    Dockerfile's environment), the saved workspace is restored into its workspace and the agent's
    logs are copied back;
-2. the task's verifier runs in the bubblewrap sandbox, by the orchestrator's own code path
+2. the task's verifier runs in the task's sandbox (its image's container, or bubblewrap), by the
+   orchestrator's own code path
    (:func:`orchestrator.verifier.run_verifier`: ``tests/`` read-only, no network);
 3. its reward becomes a :class:`~schemas.reward.RewardEvent` with ``verifier_version`` N,
    appended to the run's event archive (``RUN/archive/record=reward/``), where the reward join
@@ -32,12 +33,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from infra.sandbox import SandboxBackend, SandboxOutcome
+from infra.sandbox import SandboxOutcome
 from infra.tasks import Task, load_dataset
 from orchestrator import final_workspace
+from orchestrator.environments import Environments
 from orchestrator.rundir import RolloutOutcome, RunDir, Status
 from orchestrator.verifier import run_verifier
-from orchestrator.workspace import lay_out
 from pipeline.assembly import reward_order
 from pipeline.jobs import Outputs, RunReport, run_replay
 from schemas.archive import ArchiveWriter, read_archive
@@ -168,11 +169,11 @@ def _tail(path: Path, limit: int = 4000) -> str | None:
 
 
 def rescore_one(
-    sandbox: SandboxBackend, task: Task, rollout_dir: Path, root: Path
+    environments: Environments, task: Task, rollout_dir: Path, root: Path
 ) -> tuple[float | None, dict[str, float], str | None]:
     """Verify the saved workspace of ``rollout_dir`` again, laid out under ``root``: (reward,
     components, error)."""
-    prepared = lay_out(task, root)
+    prepared = environments.prepare(task, root)
     workspace = prepared.dirs["workspace"]
     shutil.rmtree(workspace)  # the saved workspace replaces the task's fresh files
     workspace.mkdir()
@@ -180,7 +181,7 @@ def rescore_one(
     agent_logs = rollout_dir / "logs" / "agent"
     if agent_logs.is_dir():
         shutil.copytree(agent_logs, prepared.dirs["agent_logs"], dirs_exist_ok=True)
-    run = run_verifier(sandbox, task, root, prepared)
+    run = run_verifier(environments.sandbox(prepared), task, root, prepared)
     if run.result.outcome is not SandboxOutcome.EXITED:
         return None, {}, f"the verifier did not finish: {run.result.message}"
     if run.reward.reward is None:
@@ -197,7 +198,7 @@ def _events_of(archive: Path, rollouts: set[str]) -> list[Record]:
 
 def rescore(
     cfg: RescoreConfig,
-    sandbox: SandboxBackend,
+    environments: Environments,
     on_rollout: Callable[[Rescored], None] | None = None,
 ) -> RescoreReport:
     """Re-score, publish and rebuild (see the module docstring)."""
@@ -209,7 +210,7 @@ def rescore(
     todo, skipped = _select(cfg, tasks, current)
 
     def one(item: tuple[Task, Path]) -> Rescored:
-        done = _rescore_rollout(sandbox, item, current, directory)
+        done = _rescore_rollout(environments, item, current, directory)
         if on_rollout is not None:
             on_rollout(done)
         return done
@@ -258,7 +259,7 @@ def _select(
 
 
 def _rescore_rollout(
-    sandbox: SandboxBackend,
+    environments: Environments,
     item: tuple[Task, Path],
     current: dict[str, RewardEvent],
     directory: Path,
@@ -270,7 +271,7 @@ def _rescore_rollout(
     done = Rescored(rid, task.id, old.reward, old_components=dict(old.components))
     try:
         reward, components, error = rescore_one(
-            sandbox, task, rollout_dir, directory / "rollouts" / rid
+            environments, task, rollout_dir, directory / "rollouts" / rid
         )
     except (OSError, OpenForgeError) as exc:  # a task that cannot be laid out, no archive
         reward, components, error = None, {}, str(exc)

@@ -1,0 +1,286 @@
+"""The container sandbox: each run a fresh runc container of the task's own image (Debian's
+``runc``; no Docker engine, no daemon).
+
+Per run, under a state directory: a writable overlay layer over the image's root filesystem
+(``spec.root``, shared read-only by every run of the image, so a container starts in tens of
+milliseconds and the next run sees none of this one's writes), the OCI bundle
+(:mod:`infra.sandbox.runc_spec`: namespaces, mounts, the image's user, limits), and runc's own
+log. ``runc run --keep`` runs the command in the foreground with the spec's stdout and stderr;
+its exit status is the command's. The cgroup runc made is read (OOM kills, forks refused at the
+pids limit, peak memory) before ``runc delete`` removes it, then the overlay is unmounted and
+the state removed: nothing is left behind. The network namespace holds only loopback; with a
+proxy, the forwarder hook (:mod:`infra.sandbox.forwarder`, run on the host by runc before the
+command starts) listens on ``127.0.0.1:PORT`` inside and relays to the proxy's host socket, which
+the container never sees. At the deadline, or on :meth:`RuncSandbox.cancel`, ``runc kill --all``
+kills every process of the container.
+
+Needs root (runc's cgroup and overlay set-up); a non-root user gets SetupError from
+:meth:`~RuncSandbox.preflight` saying to use bubblewrap.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+import uuid
+from functools import cached_property
+from pathlib import Path
+
+from infra.local.process import kill_tagged
+from infra.sandbox import cgroups, runc_spec
+from infra.sandbox.base import (
+    SANDBOXES,
+    SandboxBackend,
+    SandboxName,
+    SandboxOutcome,
+    SandboxResult,
+    SandboxSpec,
+)
+from schemas.errors import ConfigError, SandboxError, SetupError
+
+NOT_ROOT = (
+    "the runc container sandbox needs root here (runc's cgroups and the overlay mount of each "
+    "run's layer); as another user run tasks in the bubblewrap sandbox (--sandbox bubblewrap)"
+)
+
+
+def _counter(path: Path, key: str) -> int | None:
+    try:
+        return cgroups._read_counter(path, key)
+    except OSError:
+        return None
+
+
+def _start_error(log: Path) -> str | None:
+    """runc's own error (its log, not the command's stderr), if it failed to start the command."""
+    try:
+        lines = log.read_text(errors="replace").splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        with contextlib.suppress(ValueError):
+            entry = json.loads(line)
+            if entry.get("level") in ("error", "fatal"):
+                return str(entry.get("msg", line))
+    return None
+
+
+class RuncSandbox(SandboxBackend):
+    """Runs each spec in a fresh runc container over ``spec.root``; see the module docstring."""
+
+    name = SandboxName.RUNC
+
+    def __init__(self, state: Path | None = None) -> None:
+        self.state = state or Path(tempfile.gettempdir()) / "openforge-runc"
+        self._running: set[str] = set()
+        self._lock = threading.Lock()
+
+    @cached_property
+    def runc(self) -> str:
+        found = shutil.which("runc")
+        if found is None:
+            raise SetupError(
+                "runc is not installed: `apt-get install runc` (as root), or `scripts/setup images`"
+            )
+        return found
+
+    def preflight(self) -> None:
+        if os.geteuid() != 0:
+            raise SetupError(NOT_ROOT)
+        self.runc  # noqa: B018 - raises SetupError when missing
+        if (why := cgroups.unavailable()) is not None:
+            raise SetupError(f"the container sandbox needs cgroup v1 groups here: {why}")
+
+    def _runc(self, *args: str) -> subprocess.CompletedProcess[bytes]:
+        return subprocess.run(
+            [self.runc, "--root", str(self.state / "runc"), *args], capture_output=True
+        )
+
+    def cancel(self) -> None:
+        with self._lock:
+            running = list(self._running)
+        for cid in running:
+            self._runc("kill", "--all", cid, "KILL")
+
+    def run(self, spec: SandboxSpec) -> SandboxResult:
+        if spec.root is None:
+            raise ConfigError("the runc sandbox runs an image: give the spec its root (RootFs)")
+        self.preflight()
+        cid = uuid.uuid4().hex[:16]
+        sandbox_id = f"{os.getpid()}.sandbox.{cid}"
+        for path in (spec.stdout, spec.stderr):
+            path.parent.mkdir(parents=True, exist_ok=True)
+        problem = self._cannot_start(spec)
+        if problem is not None:
+            spec.stdout.write_bytes(b"")
+            spec.stderr.write_text(f"openforge-sandbox: {problem}\n")
+            return SandboxResult(SandboxOutcome.FAILED_TO_START, None, 0.0, problem, sandbox_id)
+        run_dir = self.state / "runs" / cid
+        rootfs = run_dir / "rootfs"
+        try:
+            self._mount_layer(spec, run_dir, rootfs)
+            cgroup = self._cgroup_path(cid)
+            config = runc_spec.runtime_spec(
+                spec, sandbox_id, rootfs, cgroup, run_dir / "forwarder.pid", self._memsw
+            )
+            (run_dir / "config.json").write_text(json.dumps(config))
+            code, timed_out, duration = self._run_container(spec, cid, run_dir)
+            start_error = _start_error(run_dir / "runc.log") if code else None
+            counters = self._counters(cgroup)
+        finally:
+            self._tear_down(cid, run_dir, rootfs, sandbox_id)
+        if start_error is not None:
+            message = f"the container did not start: {start_error}"
+            return SandboxResult(
+                SandboxOutcome.FAILED_TO_START, code, duration, message, sandbox_id
+            )
+        return self._classify(spec, sandbox_id, code, timed_out, duration, *counters)
+
+    @staticmethod
+    def _cannot_start(spec: SandboxSpec) -> str | None:
+        assert spec.root is not None
+        if not (spec.root.path / "etc").is_dir():
+            return f"the image's root filesystem {spec.root.path} is not there: build it again"
+        for m in spec.mounts:
+            if not m.host.exists():
+                return f"mount source {m.host} (for {m.inside}) does not exist: create it first"
+        if spec.proxy is not None and not spec.proxy.socket.exists():
+            return f"no Unix socket at {spec.proxy.socket}: start the proxy listening on it first"
+        return None
+
+    @staticmethod
+    def _mount_layer(spec: SandboxSpec, run_dir: Path, rootfs: Path) -> None:
+        assert spec.root is not None
+        upper, work = run_dir / "upper", run_dir / "work"
+        for d in (upper, work, rootfs):
+            d.mkdir(parents=True)
+        options = f"lowerdir={spec.root.path},upperdir={upper},workdir={work}"
+        done = subprocess.run(
+            ["mount", "-t", "overlay", "overlay", "-o", options, str(rootfs)],
+            capture_output=True,
+            text=True,
+        )
+        if done.returncode != 0:
+            raise SandboxError(
+                f"cannot mount the run's layer over the image: {done.stderr.strip()}"
+            )
+
+    @staticmethod
+    def _cgroup_path(cid: str) -> str:
+        own = cgroups._own_group("memory").relative_to(cgroups.ROOT / "memory")
+        return "/" + str(own / "openforge" / cid).lstrip("/")
+
+    @cached_property
+    def _memsw(self) -> bool:
+        return (cgroups._own_group("memory") / "memory.memsw.limit_in_bytes").exists()
+
+    def _run_container(
+        self, spec: SandboxSpec, cid: str, run_dir: Path
+    ) -> tuple[int | None, bool, float]:
+        """(exit code, timed out, seconds) of ``runc run`` in the foreground."""
+        argv = [self.runc, "--root", str(self.state / "runc"), "--log", str(run_dir / "runc.log")]
+        argv += ["--log-format", "json", "run", "--keep", "--bundle", str(run_dir), cid]
+        start = time.monotonic()
+        with open(spec.stdout, "wb") as out, contextlib.ExitStack() as stack:
+            err = (
+                out if spec.stderr == spec.stdout else stack.enter_context(open(spec.stderr, "wb"))
+            )
+            with self._lock:
+                self._running.add(cid)
+            try:
+                proc = subprocess.Popen(
+                    argv, stdin=subprocess.DEVNULL, stdout=out, stderr=err, start_new_session=True
+                )
+            except OSError as exc:
+                raise SandboxError(f"cannot start runc: {exc}") from exc
+            try:
+                code: int | None = proc.wait(timeout=spec.timeout_s)
+                timed_out = False
+            except subprocess.TimeoutExpired:
+                self._runc("kill", "--all", cid, "KILL")
+                proc.wait()
+                code, timed_out = None, True
+            finally:
+                with self._lock:
+                    self._running.discard(cid)
+                if proc.poll() is None:  # interrupted: take the container down with us
+                    self._runc("kill", "--all", cid, "KILL")
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait()
+        return code, timed_out, time.monotonic() - start
+
+    @staticmethod
+    def _counters(cgroup: str) -> tuple[int | None, int | None, float | None]:
+        memory = cgroups.ROOT / "memory" / cgroup.lstrip("/")
+        pids = cgroups.ROOT / "pids" / cgroup.lstrip("/")
+        peak: float | None = None
+        with contextlib.suppress(OSError, ValueError):
+            peak = int((memory / "memory.max_usage_in_bytes").read_text()) / 2**20
+        return (
+            _counter(memory / "memory.oom_control", "oom_kill"),
+            _counter(pids / "pids.events", "max"),
+            peak,
+        )
+
+    def _tear_down(self, cid: str, run_dir: Path, rootfs: Path, sandbox_id: str) -> None:
+        self._runc("delete", "--force", cid)
+        pidfile = run_dir / "forwarder.pid"
+        with contextlib.suppress(OSError, ValueError, ProcessLookupError):
+            os.kill(int(pidfile.read_text()), signal.SIGKILL)
+        kill_tagged(sandbox_id)  # the forwarder, had it not written its pid
+        if os.path.ismount(rootfs):
+            done = subprocess.run(["umount", str(rootfs)], capture_output=True, text=True)
+            if done.returncode != 0:
+                subprocess.run(["umount", "-l", str(rootfs)], capture_output=True)
+        shutil.rmtree(run_dir, ignore_errors=True)
+        if run_dir.exists():
+            raise SandboxError(f"cannot remove the run's state {run_dir}: remove it by hand")
+
+    def _classify(
+        self,
+        spec: SandboxSpec,
+        sandbox_id: str,
+        code: int | None,
+        timed_out: bool,
+        duration: float,
+        ooms: int | None,
+        forks: int | None,
+        peak: float | None,
+    ) -> SandboxResult:
+        notes = []
+        if ooms:
+            notes.append(
+                f"the OOM killer killed {ooms} process(es) at {spec.limits.memory_mib} MiB"
+            )
+        if forks:
+            notes.append(f"{forks} fork(s) failed at {spec.limits.max_processes} processes")
+        note = f" ({'; '.join(notes)})" if notes else ""
+
+        def result(outcome: SandboxOutcome, message: str) -> SandboxResult:
+            return SandboxResult(
+                outcome, code, duration, message + note, sandbox_id, ooms, forks, peak
+            )
+
+        if timed_out:
+            return result(
+                SandboxOutcome.TIMED_OUT,
+                f"timed out after {spec.timeout_s:g}s; every process of the container was killed",
+            )
+        assert code is not None
+        if ooms and code != 0:
+            return result(SandboxOutcome.OUT_OF_MEMORY, f"exited with {code} at the memory limit")
+        if forks and code != 0:
+            return result(
+                SandboxOutcome.TOO_MANY_PROCESSES, f"exited with {code} at the process limit"
+            )
+        return result(SandboxOutcome.EXITED, f"exited with {code}")
+
+
+SANDBOXES.add(SandboxName.RUNC, RuncSandbox)
