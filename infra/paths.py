@@ -33,6 +33,13 @@ def cache_dir() -> Path:
     return Path(env) if env else Path.home() / ".cache" / "openforge"
 
 
+def images_dir() -> Path:
+    """The task image store (buildah's storage, build markers and logs): ``$OPENFORGE_IMAGES``,
+    else ``images/`` under the cache root."""
+    env = os.environ.get("OPENFORGE_IMAGES")
+    return Path(env) if env else cache_dir() / "images"
+
+
 def vllm_python() -> Path:
     """The Python of the separate vLLM environment that ``scripts/setup vllm`` builds."""
     v = versions()

@@ -13,6 +13,7 @@ import functools
 import hashlib
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -125,7 +126,19 @@ def interpreter(python: Path) -> Interpreter:
         parts.append(Path(info["libpython"]).resolve())
     if info["prefix"] == info["base_prefix"]:  # not a venv: its site-packages
         parts += [Path(info["purelib"]).resolve(), Path(info["platlib"]).resolve()]
+    parts += _links(argv0)
     return Interpreter(argv0, _outermost(parts), info["openai"])
+
+
+def _links(path: Path) -> list[Path]:
+    """Every symlink on the way from ``path`` to the interpreter (a venv's ``bin/python`` ->
+    ``python3`` -> the base installation's ``bin/python3`` -> ...): a sandbox over another root
+    filesystem (an image) has none of them unless each is mounted."""
+    out: list[Path] = []
+    while path.is_symlink() and len(out) < 40:
+        out.append(path)
+        path = (path.parent / os.readlink(path)).absolute()
+    return out
 
 
 class Agent(Harness):

@@ -14,6 +14,10 @@ uses (its ``/etc/apt/sources.list*``), and a task's ``FROM`` resolves against it
   PATH, and pip allowed to install into the system (Debian's ``EXTERNALLY-MANAGED`` marker
   removed, as it is absent from the official image). The official image's interpreter is built
   from source under ``/usr/local``; this one is Debian's, under ``/usr``.
+
+Each also carries this machine's way to the package registries (:func:`machine_trust`: the
+certificate authorities it adds and its pip configuration), so that a build's ``RUN apt-get`` and
+``RUN pip`` reach them as the machine does.
 """
 
 from __future__ import annotations
@@ -99,6 +103,25 @@ def apt_sources() -> list[str]:
     return found
 
 
+def machine_trust() -> list[str]:
+    """mmdebstrap hooks that give an image this machine's way to the package registries: the
+    certificate authorities it adds (``/usr/local/share/ca-certificates``, e.g. an egress
+    proxy's), its CA bundle, and its pip configuration. Without them ``RUN pip install`` in a
+    build fails where the machine's own pip works."""
+    hooks: list[str] = []
+    extra = sorted(glob.glob("/usr/local/share/ca-certificates/*.crt"))
+    if extra:
+        hooks.append('--customize-hook=mkdir -p "$1"/usr/local/share/ca-certificates')
+        hooks.append(f"--customize-hook=copy-in {' '.join(extra)} /usr/local/share/ca-certificates")
+    bundle = "/etc/ssl/certs/ca-certificates.crt"
+    if Path(bundle).is_file():
+        hooks.append('--customize-hook=mkdir -p "$1"/etc/ssl/certs')
+        hooks.append(f"--customize-hook=copy-in {bundle} /etc/ssl/certs")
+    if Path("/etc/pip.conf").is_file():
+        hooks.append("--customize-hook=copy-in /etc/pip.conf /etc")
+    return hooks
+
+
 def make(base: BaseImage, store: ImageStore, say: Callable[[str], None] = print) -> float:
     """Make ``base`` with mmdebstrap and import it into ``store``; the seconds it took."""
     mmdebstrap = shutil.which("mmdebstrap")
@@ -107,7 +130,8 @@ def make(base: BaseImage, store: ImageStore, say: Callable[[str], None] = print)
     start = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="openforge-base-") as tmp:
         tarball = Path(tmp) / "rootfs.tar"
-        argv = [mmdebstrap, "--quiet", *base.options, SUITE, str(tarball), *apt_sources()]
+        argv = [mmdebstrap, "--quiet", *base.options, *machine_trust(), SUITE, str(tarball)]
+        argv += apt_sources()
         done = subprocess.run(argv, capture_output=True, text=True)
         if done.returncode != 0:
             raise SetupError(

@@ -1,7 +1,8 @@
 """The local OCI image store: buildah (Debian's package; daemonless, no Docker engine) over one
 storage directory under the cache.
 
-Every image OpenForge builds or imports lives in ``$OPENFORGE_CACHE/images/storage`` (overlay
+Every image OpenForge builds or imports lives in ``$OPENFORGE_CACHE/images/storage``
+(``$OPENFORGE_IMAGES/storage`` where that is set) (overlay
 driver; ``vfs`` where overlay mounts are not allowed), never in the machine's default store, so
 nothing here touches a user's own podman or buildah images. An image's root filesystem is given
 to the container sandbox as a directory (:meth:`ImageStore.rootfs`): one working container per
@@ -22,7 +23,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
-from infra.paths import cache_dir
+from infra.paths import images_dir
 from schemas.errors import SetupError
 
 INSTALL_HINT = (
@@ -55,7 +56,7 @@ class ImageStore:
     """buildah over ``root`` (default: the cache's image storage)."""
 
     def __init__(self, root: Path | None = None, driver: str | None = None) -> None:
-        self.root = root or cache_dir() / "images" / "storage"
+        self.root = root or images_dir() / "storage"
         self.driver = driver or os.environ.get("OPENFORGE_STORAGE_DRIVER", "overlay")
 
     @cached_property

@@ -14,6 +14,8 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from infra.harnesses import Harness
+    from infra.tasks import Task
+    from orchestrator.run import Orchestrator
     from orchestrator.rundir import RolloutOutcome
 
 app = typer.Typer(help="Run rollouts of Harbor tasks in sandboxes.", no_args_is_help=True)
@@ -63,6 +65,20 @@ def run(
     allow_internet_tasks: Annotated[
         bool, typer.Option(help="Run allow_internet tasks anyway (the sandbox has no internet).")
     ] = False,
+    sandbox: Annotated[
+        str,
+        typer.Option(
+            help="local: auto (a task with a Dockerfile runs in a container of its own image, "
+            "others in bubblewrap), container, or bubblewrap (every task on this machine's root "
+            "filesystem)."
+        ),
+    ] = "auto",
+    strict_images: Annotated[
+        bool, typer.Option(help="local: refuse a FROM with no exact local image (no stand-in).")
+    ] = False,
+    pull_images: Annotated[
+        bool, typer.Option(help="local: let buildah pull a FROM the local store lacks.")
+    ] = False,
     max_workspace_mb: Annotated[
         float,
         typer.Option(
@@ -93,11 +109,13 @@ def run(
     from rich.console import Console
 
     from infra.harnesses import NpmHarness, harness
+    from infra.images import ImagePolicy
     from infra.proxy_client import ProxyAdmin
     from infra.sandbox import ProxyEndpoint
     from infra.tasks import load_dataset
     from openforge.stack import SANDBOX_PROXY_PORT, local_stack
     from orchestrator.backend import RolloutBackend, RolloutBackendName, RunProxy
+    from orchestrator.environments import SandboxMode
     from orchestrator.kube_pod import PodSettings
     from orchestrator.kubernetes import KubeOptions
     from orchestrator.local import LocalConfig
@@ -113,6 +131,7 @@ def run(
     dataset = load_dataset(tasks, split=split)
     planned = plan(dataset, n, run_id=out.name)
     backend_name = choose(RolloutBackendName, backend, "rollout backend")  # before any start
+    sandbox_mode = choose(SandboxMode, sandbox, "sandbox")
     # SIGTERM unwinds like Ctrl-C: sandboxes, the proxy and vLLM are stopped, not orphaned.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     out.mkdir(parents=True, exist_ok=True)
@@ -122,6 +141,8 @@ def run(
         local = LocalConfig(
             allow_internet_tasks=allow_internet_tasks,
             max_workspace_bytes=int(max_workspace_mb * (1 << 20)),
+            sandbox=sandbox_mode,
+            images=ImagePolicy(strict=strict_images, pull=pull_images),
         )
         pod = PodSettings(
             namespace=kube_namespace,
@@ -152,12 +173,15 @@ def run(
             f"{len(planned)} rollouts: {len(dataset)} tasks x {n} with {chosen.name} on the "
             f"{backend} backend; run directory {out}"
         )
-        for note in orch.check(dataset):  # refusals raise here, before anything runs
-            console.print(f"[dim]note:[/] {note}")
+        refused = _check_each(console, orch, dataset)  # images are built here, task by task
+        runnable = [p for p in planned if p.task.id not in refused]
+        if not runnable:
+            console.print(f"[red]no task can run[/]: {len(refused)} refused (above)")
+            raise typer.Exit(1)
         start = time.monotonic()
         try:
             with live_progress(console, orch.counts):
-                outcomes = orch.run(planned)
+                outcomes = orch.run(runnable)
         except KeyboardInterrupt:
             console.print("[yellow]cancelled[/]: running sandboxes stopped")
             raise typer.Exit(130) from None
@@ -169,7 +193,11 @@ def run(
             f"{time.monotonic() - start:.1f} s; summary: {out / 'summary.csv'}"
         )
         _no_calls_note(console, chosen, outcomes)
+        if refused:
+            console.print(f"[red]{len(refused)} tasks refused[/]: {', '.join(sorted(refused))}")
         _fail_unless_verified(console, out, outcomes)
+        if refused:
+            raise typer.Exit(1)
 
     if proxy is not None:
         # Sandboxes reach it through its socket; pods over the network (--kube-proxy-url).
@@ -186,6 +214,22 @@ def run(
         say=console.print,
     ) as stack:
         orchestrate(RunProxy(stack.admin.url, stack.endpoint), stack.admin, stack.model)
+
+
+def _check_each(console: Console, orch: Orchestrator, tasks: Sequence[Task]) -> dict[str, str]:
+    """Check (and build the image of) each task before anything runs; a task that cannot run
+    here is refused with its reason and the others go on. Returns the refused ids."""
+    from schemas.errors import TaskError
+
+    refused: dict[str, str] = {}
+    for task in tasks:
+        try:
+            for note in orch.check([task]):
+                console.print(f"[dim]note:[/] {note}")
+        except TaskError as exc:
+            refused[task.id] = str(exc)
+            console.print(f"[red]refused[/] {task.id}: {exc}")
+    return refused
 
 
 def _no_calls_note(console: Console, chosen: Harness, outcomes: Sequence[RolloutOutcome]) -> None:

@@ -22,28 +22,42 @@ def check(
     allow_internet_tasks: Annotated[
         bool, typer.Option(help="Accept allow_internet tasks (run without internet).")
     ] = False,
+    sandbox: Annotated[
+        str,
+        typer.Option(help="auto (a task with a Dockerfile in a container), container, bubblewrap."),
+    ] = "auto",
+    strict_images: Annotated[
+        bool, typer.Option(help="Refuse a FROM with no exact local image (no stand-in).")
+    ] = False,
 ) -> None:
-    """Load every task, say whether the local backend can run it (and why not), and run the
-    oracle (the task's own solution) where there is one: a table of rewards at the end."""
+    """Load every task, build its image (or say why not), say where it runs and from which base,
+    and run the oracle (the task's own solution) where there is one: a table at the end."""
     from rich.console import Console
     from rich.table import Table
 
     from infra.harnesses import NoOp, Oracle
+    from infra.images import ImagePolicy
     from infra.tasks import Task, dataset_entries, load_task
     from openforge.stack import local_stack
     from orchestrator.backend import RolloutBackendName, RunProxy
+    from orchestrator.environments import SandboxMode
     from orchestrator.local import LocalConfig
     from orchestrator.plan import plan
     from orchestrator.registry import RolloutBackendConfig, build_backend
     from orchestrator.run import Orchestrator, OrchestratorConfig
     from orchestrator.rundir import RunDir
     from schemas.errors import OpenForgeError
+    from schemas.registry import choose
 
     console = Console()
     rows: dict[str, list[str]] = {}
     runnable: list[Task] = []
     with local_stack(out / "services", needs_model=False, say=lambda _: None) as stack:
-        local = LocalConfig(allow_internet_tasks=allow_internet_tasks)
+        local = LocalConfig(
+            allow_internet_tasks=allow_internet_tasks,
+            sandbox=choose(SandboxMode, sandbox, "sandbox"),
+            images=ImagePolicy(strict=strict_images),
+        )
         run_proxy = RunProxy(stack.admin.url, stack.endpoint)
         backend = build_backend(RolloutBackendConfig(RolloutBackendName.LOCAL, local), run_proxy)
         # Task by task, so that one malformed task does not hide the others.
@@ -52,11 +66,13 @@ def check(
             try:
                 task = load_task(task_dir, task_id=task_id, split=task_split)
                 name = task.id
+                console.print(f"checking {name} ...")
                 notes = backend.check(task, Oracle() if task.solution_dir else NoOp())
             except OpenForgeError as exc:  # a malformed task, or one this backend refuses
-                rows[name] = ["no", str(exc), "-"]
+                rows[name] = ["refused", str(exc), "-"]
                 continue
-            rows[name] = ["yes", "; ".join(n.split(": ", 1)[1] for n in notes) or "-", "-"]
+            said = "; ".join(n.split(": ", 1)[1] for n in notes) or "-"
+            rows[name] = [_runs_in(backend, task), said, "-"]
             if task.solution_dir is None:
                 rows[name][2] = "no solution"
             else:
@@ -69,11 +85,11 @@ def check(
                 rows[outcome.task_id][2] = (
                     f"{outcome.reward:.3f}" if outcome.reward is not None else outcome.status.value
                 )
-    table = Table("task", "local backend", "notes / why not", "oracle reward")
+    table = Table("task", "runs in", "image and base / why not", "oracle reward")
     for name, (ok, why, reward) in sorted(rows.items()):
         table.add_row(name, ok, why, reward)
     console.print(table)
-    refused = [n for n, r in rows.items() if r[0] != "yes"]
+    refused = [n for n, r in rows.items() if r[0] == "refused"]
     unsolved = [n for n, r in rows.items() if r[2] not in ("-", "no solution", "1.000")]
     console.print(
         f"{len(rows)} tasks: {len(rows) - len(refused)} runnable here, {len(refused)} refused; "
@@ -81,3 +97,11 @@ def check(
     )
     if refused or unsolved:
         raise typer.Exit(1)
+
+
+def _runs_in(backend: object, task: object) -> str:
+    from orchestrator.local import LocalBackend
+
+    assert isinstance(backend, LocalBackend)
+    uses = backend.environments.uses_image(task)  # type: ignore[arg-type]
+    return "container" if uses else "bubblewrap"

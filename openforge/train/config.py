@@ -23,7 +23,9 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from infra.eventlog.urls import absolute_location
+from infra.images import DEFAULT_FALLBACKS
 from orchestrator.backend import RolloutBackendName
+from orchestrator.environments import SandboxMode
 from schemas.errors import ConfigError
 from schemas.registry import choose
 from trainer.algorithm_names import AdvantageEstimator, PolicyLoss
@@ -95,6 +97,13 @@ class RolloutsSection:
     concurrency: int = _f(4, "rollouts running at once")
     backend: RolloutBackendName = _f(RolloutBackendName.LOCAL, "where rollouts run: local")
     max_attempts: int = _f(3, "attempts per rollout when infrastructure fails")
+    sandbox: SandboxMode = _f(
+        SandboxMode.AUTO, "auto: tasks with a Dockerfile in a container of their image"
+    )
+    strict_images: bool = _f(False, "refuse a FROM with no exact local image (no stand-in)")
+    image_fallbacks: dict[str, str] = _f(
+        dict(DEFAULT_FALLBACKS), "FROM pattern -> local stand-in image, tried in order"
+    )
 
 
 MAX_PROXY_WORKERS = 64
@@ -223,6 +232,9 @@ def _toml_value(value: Any) -> str:
         return json.dumps(value, ensure_ascii=False).replace("\x7f", "\\u007f")
     if isinstance(value, list):
         return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    if isinstance(value, dict):  # an inline table; keys quoted (patterns hold '*' and ':')
+        items = (f"{_toml_value(str(k))} = {_toml_value(v)}" for k, v in value.items())
+        return "{" + ", ".join(items) + "}"
     return repr(value)
 
 
@@ -255,6 +267,13 @@ def _coerce(where: str, kind: Any, value: Any) -> Any:
         (item,) = typing.get_args(kind)
         if isinstance(value, list):
             return [_coerce(f"{where}[{i}]", item, v) for i, v in enumerate(value)]
+    elif origin is dict:
+        key_kind, item = typing.get_args(kind)
+        if isinstance(value, dict):
+            return {
+                _coerce(f"{where} key", key_kind, k): _coerce(f"{where}[{k!r}]", item, v)
+                for k, v in value.items()
+            }
     elif origin in (typing.Union, types.UnionType):
         for option in typing.get_args(kind):
             if option is type(None) and value is None:

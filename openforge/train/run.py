@@ -32,6 +32,7 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from infra.images import ImagePolicy
 from infra.local.vllm import VLLMServer
 from openforge.stack import (
     ModelServer,
@@ -47,6 +48,7 @@ from openforge.train.driver import EvalLog, Pacing, RolloutDriver
 from openforge.train.launch import Launch, prepare_launch
 from openforge.train.report import Live, Report, previous_seconds, write_report
 from orchestrator.backend import RunProxy
+from orchestrator.local import LocalConfig
 from orchestrator.registry import RolloutBackendConfig, build_backend
 from orchestrator.run import Orchestrator, OrchestratorConfig
 from orchestrator.rundir import RunDir, Status
@@ -196,7 +198,7 @@ class TrainingRun:
         """The rollout backend and the train and eval orchestrators; the tasks checked."""
         cfg = self.cfg
         run_proxy = RunProxy(services.admin.url, services.endpoint)
-        backend = build_backend(RolloutBackendConfig(name=cfg.rollouts.backend), run_proxy)
+        backend = build_backend(_backend_config(cfg), run_proxy)
         stack.callback(backend.close)
         orch_cfg = OrchestratorConfig(
             concurrency=cfg.rollouts.concurrency,
@@ -351,3 +353,10 @@ def _collapse(notes: list[str]) -> list[tuple[str, int]]:
         key = rest if sep else note
         counts[key] = counts.get(key, 0) + 1
     return list(counts.items())
+
+
+def _backend_config(cfg: TrainConfig) -> RolloutBackendConfig:
+    """The rollout backend's section from ``[rollouts]``: where tasks with an image run."""
+    r = cfg.rollouts
+    images = ImagePolicy(fallbacks=r.image_fallbacks, strict=r.strict_images)
+    return RolloutBackendConfig(name=r.backend, local=LocalConfig(sandbox=r.sandbox, images=images))

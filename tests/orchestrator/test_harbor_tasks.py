@@ -17,7 +17,8 @@ from infra.harnesses import NoOp, Oracle
 from infra.sandbox import BubblewrapSandbox, ProxyEndpoint
 from infra.tasks import load_task
 from infra.tasks.pip_env import ensure_pip_env
-from orchestrator.local import LocalBackend
+from orchestrator.environments import SandboxMode
+from orchestrator.local import LocalBackend, LocalConfig
 from orchestrator.rundir import Status
 from schemas.errors import ConfigError, TaskError
 from tests.orchestrator.conftest import job
@@ -26,15 +27,35 @@ DATA = Path(__file__).with_name("data")
 REQUIREMENTS = ("pytest==8.4.1", "pytest-json-ctrf==0.3.5")
 
 
-def test_a_typical_harbor_task_scores_1_with_the_oracle_and_0_doing_nothing(
-    tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+BUBBLEWRAP = LocalConfig(sandbox=SandboxMode.BUBBLEWRAP)
+
+
+def test_a_typical_harbor_task_in_a_container_of_its_image(
+    tiny_model_dir: Path, tmp_path: Path
 ) -> None:
-    monkeypatch.setenv("OPENFORGE_CACHE", str(tmp_path / "cache"))  # a cold pip environment
-    task = load_task(DATA / "count-errors")
+    task = load_task(DATA / "count-errors")  # RUN pip install pytest ... in its Dockerfile
     with job(tmp_path / "oracle", Oracle(), tiny_model_dir) as j:
         notes = j.orchestrator.check([task])
         (solved,) = j.run([task])
     with job(tmp_path / "noop", NoOp(), tiny_model_dir) as j2:
+        (nothing,) = j2.run([task])
+    assert any("FROM python:3.12-slim -> python:3.11-slim (stand-in)" in n for n in notes)
+    assert (solved.status, solved.reward) == (Status.VERIFIED, 1.0), solved
+    assert (nothing.status, nothing.reward) == (Status.VERIFIED, 0.0), nothing
+    root = j.out / "rollouts" / solved.rollout_id
+    assert (root / "workspace" / "access.log").exists()  # the image's WORKDIR, as COPY left it
+    assert "2 passed" in (root / "verifier.out").read_text()  # the image's own pytest
+
+
+def test_a_typical_harbor_task_on_the_bubblewrap_fast_path(
+    tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OPENFORGE_CACHE", str(tmp_path / "cache"))  # a cold pip environment
+    task = load_task(DATA / "count-errors")
+    with job(tmp_path / "oracle", Oracle(), tiny_model_dir, local=BUBBLEWRAP) as j:
+        notes = j.orchestrator.check([task])
+        (solved,) = j.run([task])
+    with job(tmp_path / "noop", NoOp(), tiny_model_dir, local=BUBBLEWRAP) as j2:
         (nothing,) = j2.run([task])
     assert any("FROM python:3.12-slim" in n and "root filesystem" in n for n in notes)
     assert any("pytest==8.4.1 pytest-json-ctrf==0.3.5" in n for n in notes)
@@ -64,7 +85,11 @@ def _copy_with(tmp: Path, dockerfile_extra: str = "", toml_extra: str = "") -> P
 
 def test_an_unsupported_instruction_is_refused_naming_its_line(tmp_path: Path) -> None:
     task = load_task(_copy_with(tmp_path, "RUN apt-get update && apt-get install -y jq\n"))
-    backend = LocalBackend(BubblewrapSandbox(), ProxyEndpoint(tmp_path / "p.sock", 8100))
+    backend = LocalBackend(
+        BubblewrapSandbox(),
+        ProxyEndpoint(tmp_path / "p.sock", 8100),
+        sandbox_mode=SandboxMode.BUBBLEWRAP,
+    )
     with pytest.raises(TaskError) as refused:
         backend.check(task, Oracle())
     message = str(refused.value)
@@ -77,9 +102,10 @@ def test_allow_internet_is_refused_unless_opted_in(tmp_path: Path) -> None:
     endpoint = ProxyEndpoint(tmp_path / "p.sock", 8100)
     with pytest.raises(ConfigError, match="reaches only the proxy"):
         LocalBackend(BubblewrapSandbox(), endpoint).check(task, Oracle())
-    notes = LocalBackend(BubblewrapSandbox(), endpoint, allow_internet_tasks=True).check(
-        task, Oracle()
+    opted_in = LocalBackend(
+        BubblewrapSandbox(), endpoint, allow_internet_tasks=True, sandbox_mode=SandboxMode.AUTO
     )
+    notes = opted_in.check(task, Oracle())
     assert any("without internet" in n for n in notes)
 
 
@@ -87,7 +113,7 @@ def test_tasks_check_reports_each_task_and_runs_the_oracle(tmp_path: Path) -> No
     tasks = tmp_path / "tasks"
     tasks.mkdir()
     shutil.copytree(DATA / "count-errors", tasks / "count-errors")
-    shutil.copytree(_copy_with(tmp_path / "a", "USER nobody\n"), tasks / "needs-user")
+    shutil.copytree(_copy_with(tmp_path / "a", "USER ghost\n"), tasks / "needs-user")
     (tasks / "broken").mkdir()
     (tasks / "broken" / "task.toml").write_text('version = "1.0"\n')
     done = subprocess.run(
@@ -109,7 +135,7 @@ def test_tasks_check_reports_each_task_and_runs_the_oracle(tmp_path: Path) -> No
     )
     assert done.returncode == 1, done.stdout + done.stderr  # two tasks cannot run here
     lines = {line.split("│")[1].strip(): line for line in done.stdout.splitlines() if "│" in line}
-    assert "yes" in lines["count-errors"] and "1.000" in lines["count-errors"]
-    assert "no" in lines["needs-user"] and "USER" in lines["needs-user"]
-    assert "no" in lines["broken"] and "instruction.md" in lines["broken"]
+    assert "container" in lines["count-errors"] and "1.000" in lines["count-errors"]
+    assert "refused" in lines["needs-user"] and "USER 'ghost' does not exist" in lines["needs-user"]
+    assert "refused" in lines["broken"] and "instruction.md" in lines["broken"]
     assert "3 tasks: 1 runnable here, 2 refused" in done.stdout

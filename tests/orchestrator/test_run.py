@@ -171,7 +171,7 @@ def test_the_local_backend_refuses_what_it_cannot_provide(tmp_path: Path) -> Non
     toml = root / "task.toml"
     toml.write_text(toml.read_text() + 'docker_image = "ghcr.io/example/torch:2"\n')
     backend = LocalBackend(BubblewrapSandbox(), ProxyEndpoint(tmp_path / "p.sock", 8100))
-    with pytest.raises(ConfigError, match="--backend kubernetes"):
+    with pytest.raises(ConfigError, match=r"'ghcr\.io/example/torch:2' cannot be had here"):
         backend.check(load_task(root), NoOp())
     with pytest.raises(ConfigError, match=r"no solution/solve\.sh"):
         backend.check(load_task(_task(tmp_path / "unsolved", "#!/bin/bash\n")), Oracle())

@@ -118,6 +118,14 @@ SPECS: dict[str, Spec] = {
     ".venv/bin/openforge tasks check examples/tasks": Spec(
         expect=(r"3 tasks: 3 runnable here, 0 refused; oracle below 1 on 0",)
     ),
+    ".venv/bin/openforge tasks check examples/images": Spec(
+        expect=(
+            r"sqlite-report\s+│\s+container\s+│",
+            r"run-as-user\s+│\s+container\s+│",
+            r"package-count\s+│\s+container\s+│",
+            r"3 tasks: 3 runnable here, 0 refused; oracle below 1 on 0",
+        )
+    ),
     ".venv/bin/openforge services up --kube --no-kafka --no-vllm": Spec(
         service=True, ready=READY, expect=(r"export KUBECONFIG=/\S+",)
     ),
