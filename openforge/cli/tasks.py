@@ -1,4 +1,4 @@
-"""``openforge tasks``: check a Harbor task set before training on it."""
+"""``openforge tasks``: build a Harbor task set's images and check it before training on it."""
 
 from __future__ import annotations
 
@@ -7,7 +7,53 @@ from typing import Annotated
 
 import typer
 
-app = typer.Typer(help="Check Harbor tasks.", no_args_is_help=True)
+app = typer.Typer(help="Build and check Harbor tasks.", no_args_is_help=True)
+
+
+@app.command("build")
+def build(
+    path: Annotated[
+        Path, typer.Argument(help="A task, a directory of tasks, or a manifest.", resolve_path=True)
+    ],
+    strict_images: Annotated[
+        bool, typer.Option(help="Refuse a FROM with no exact local image (no stand-in).")
+    ] = False,
+    pull_images: Annotated[
+        bool, typer.Option(help="Let buildah pull a FROM the local store lacks.")
+    ] = False,
+) -> None:
+    """Build the image of every task with a Dockerfile (or find it cached): one line per task,
+    built, cached or refused (why); exit 1 if any could not be built."""
+    import time
+
+    from rich.console import Console
+
+    from infra.images import ImageBuilder, ImagePolicy
+    from infra.tasks import dataset_entries, load_task
+    from schemas.errors import OpenForgeError
+
+    console = Console()
+    builder = ImageBuilder(policy=ImagePolicy(strict=strict_images, pull=pull_images))
+    entries = list(dataset_entries(path))
+    failed, start = 0, time.monotonic()
+    for i, (task_dir, task_split, task_id) in enumerate(entries, start=1):
+        name = task_id or task_dir.name
+        try:
+            task = load_task(task_dir, task_id=task_id, split=task_split)
+            if task.dockerfile is None and not task.environment.docker_image:
+                console.print(f"[{i}/{len(entries)}] {task.id}: no Dockerfile (runs in bubblewrap)")
+                continue
+            image = builder.image(task, say=lambda line: console.print(f"  {line}"))
+            console.print(f"[{i}/{len(entries)}] {task.id}: {image.describe()}")
+        except OpenForgeError as exc:
+            failed += 1
+            console.print(f"[{i}/{len(entries)}] [red]{name}: refused[/]: {exc}")
+    console.print(
+        f"{len(entries)} tasks: {len(entries) - failed} ready, {failed} refused "
+        f"in {time.monotonic() - start:.1f}s; images in {builder.store.root}"
+    )
+    if failed or not entries:
+        raise typer.Exit(1)
 
 
 @app.command("check")
