@@ -38,7 +38,7 @@ from typing import Any, ClassVar
 
 from infra.harnesses import Harness
 from infra.sandbox import ProxyEndpoint
-from infra.tasks import Task, VerifierReward
+from infra.tasks import Task, VerifierReward, harbor
 from schemas.enums import RolloutPhase
 from schemas.errors import ConfigError
 
@@ -104,7 +104,7 @@ class Verified:
 
 def require_solution(task: Task, harness: Harness) -> None:
     """ConfigError when ``harness`` runs the task's own solution and ``task`` has none."""
-    if harness.capabilities.runs_solution and task.solution_dir is None:
+    if harness.capabilities.runs_solution and not harbor.has_solution(task):
         raise ConfigError(
             f"task {task.id} has no solution/solve.sh for the {harness.name} harness: add one "
             "or pick another harness"

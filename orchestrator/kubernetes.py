@@ -44,7 +44,7 @@ from typing import Any
 from infra.harnesses import Harness
 from infra.harnesses.base import Endpoint, Report, RolloutDirs
 from infra.kube import PodWatcher, WatchStats, api_client
-from infra.tasks import Task, VerifierReward
+from infra.tasks import Task, VerifierReward, harbor
 from orchestrator import kube_status as status
 from orchestrator.backend import (
     AgentEnd,
@@ -230,6 +230,12 @@ class KubernetesBackend(RolloutBackend):
 
     def check(self, task: Task, harness: Harness) -> list[str]:
         require_solution(task, harness)
+        harbor.check(task)
+        if harbor.steps(task) or harbor.verifier_plan(task).mode is harbor.VerifierMode.SEPARATE:
+            raise ConfigError(
+                f"task {task.id}: multi-step tasks and a separate verifier environment run on "
+                "the local backend only, not yet on Kubernetes: run it with --backend local"
+            )
         try:
             plan = image_plan(task)
             task_objects(

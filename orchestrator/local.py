@@ -33,6 +33,7 @@ sandbox's bind mount keeps working.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 from collections.abc import Callable
@@ -51,7 +52,7 @@ from infra.sandbox import (
     SandboxResult,
     SandboxSpec,
 )
-from infra.tasks import Task
+from infra.tasks import Task, VerifierReward, harbor
 from orchestrator import final_workspace
 from orchestrator.backend import (
     AgentEnd,
@@ -63,6 +64,7 @@ from orchestrator.backend import (
 )
 from orchestrator.backend import RolloutJob as Job
 from orchestrator.environments import Environments, SandboxMode
+from orchestrator.steps import Phase, combine, phases
 from orchestrator.verifier import LOGS, VERIFIER_PATH, limits, run_verifier
 from orchestrator.workspace import Prepared
 from schemas.enums import RolloutPhase
@@ -148,7 +150,7 @@ class LocalBackend(RolloutBackend):
     def check(self, task: Task, harness: Harness) -> list[str]:
         require_solution(task, harness)
         said = []
-        if task.environment.allow_internet:
+        if harbor.network_public(task):  # allow_internet = true, or network_mode = "public"
             if not self.allow_internet_tasks:
                 raise ConfigError(
                     f"task {task.id} ({task.config_file}) sets allow_internet = true, but a local "
@@ -171,22 +173,64 @@ class LocalBackend(RolloutBackend):
             raise InfrastructureError("cancelled")
         try:
             prepared = self.environments.prepare(task, job.root)
+            planned = phases(task, job.root)
         # SetupError: building the task's pip environment failed (its index may be back later).
         except (OSError, SetupError) as exc:
             raise InfrastructureError(f"cannot lay out the workspace: {exc}") from exc
-        dirs, workdir = prepared.dirs, prepared.workdir
-        agent = self._run_agent(job, prepared)
-        on_agent_end(agent)
-        if self._cancelled.is_set():
-            raise InfrastructureError("cancelled")
-        # The workspace as the agent left it, before the verifier writes anything into it.
+        ends: list[AgentEnd] = []
+        rewards: list[tuple[str, VerifierReward]] = []
+        verifier: SandboxResult | None = None
+        saved, duration = None, 0.0
+        for i, phase in enumerate(planned):
+            last = i == len(planned) - 1
+            ends.append(self._run_agent(job, prepared, phase))
+            if last:
+                on_agent_end(_all_ends(ends))
+            if self._cancelled.is_set():
+                raise InfrastructureError("cancelled")
+            if last:  # the workspace as the agent left it, before the verifier writes into it
+                saved = self._save_workspace(job, prepared)
+            verifier, reward = self._verify(job, prepared, phase)
+            rewards.append((phase.name, reward))
+            duration += verifier.duration_s
+            if (
+                not last
+                and phase.min_reward is not None
+                and (reward.reward or 0) < phase.min_reward
+            ):
+                on_agent_end(_all_ends(ends))  # below the step's min_reward: the rollout ends
+                break
+        assert verifier is not None
+        reward = combine(task, rewards)
+        names = [f"{p.agent_out}.{x}" for p in planned[: len(ends)] for x in ("out", "err")]
+        names += [f"{p.verifier.name}.{x}" for p in planned[: len(rewards)] for x in ("out", "err")]
+        files = {name: job.root / name for name in names}
+        if saved is not None and saved.archive is not None:
+            files[final_workspace.ARCHIVE] = saved.archive
+        output = _tail(job.root / f"{planned[len(rewards) - 1].verifier.name}.out", OUTPUT_TAIL)
+        return Verified(_all_ends(ends), reward, verifier.exit_code, duration, files, output)
+
+    def _save_workspace(self, job: Job, prepared: Prepared) -> final_workspace.SavedWorkspace:
         saved = final_workspace.save_or_note(
-            dirs["workspace"], job.root, workdir, self.max_workspace_bytes
+            prepared.dirs["workspace"], job.root, prepared.workdir, self.max_workspace_bytes
         )
         if saved.reason is not None:
             log.warning("rollout %s: %s", job.rollout_id, saved.reason)
-        sandbox = self.environments.sandbox(prepared)
-        run = run_verifier(sandbox, task, job.root, prepared, self.max_processes)
+        return saved
+
+    def _verify(
+        self, job: Job, prepared: Prepared, phase: Phase
+    ) -> tuple[SandboxResult, VerifierReward]:
+        """One verifier phase, in the agent's environment or its own; InfrastructureError when
+        it did not finish or gave no reward."""
+        own = self.environments.prepare_verifier(
+            job.task, job.root / f"{phase.verifier.name}-env", phase.step
+        )
+        verifier_phase = dataclasses.replace(phase.verifier, own=own)
+        sandbox = self.environments.sandbox(own or prepared)
+        run = run_verifier(
+            sandbox, job.task, job.root, prepared, self.max_processes, verifier_phase
+        )
         verifier, reward = run.result, run.reward
         if verifier.outcome is not SandboxOutcome.EXITED:
             raise InfrastructureError(f"the verifier did not finish: {verifier.message}")
@@ -194,14 +238,9 @@ class LocalBackend(RolloutBackend):
             raise InfrastructureError(
                 f"the verifier (exit code {verifier.exit_code}) gave no reward: {reward.error}"
             )
-        names = ("agent.out", "agent.err", "verifier.out", "verifier.err")
-        files = {name: job.root / name for name in names}
-        if saved.archive is not None:
-            files[final_workspace.ARCHIVE] = saved.archive
-        output = _tail(files["verifier.out"], OUTPUT_TAIL)
-        return Verified(agent, reward, verifier.exit_code, verifier.duration_s, files, output)
+        return verifier, reward
 
-    def _run_agent(self, job: Job, prepared: Prepared) -> AgentEnd:
+    def _run_agent(self, job: Job, prepared: Prepared, phase: Phase) -> AgentEnd:
         task, harness = job.task, job.harness
         dirs, workdir = prepared.dirs, prepared.workdir
         proxy = self.endpoint_for(job)
@@ -209,42 +248,48 @@ class LocalBackend(RolloutBackend):
         # The harness writes its config under the host home, seen at the same path inside; the
         # workspace is named by its path inside the sandbox.
         inv = harness.invocation(
-            task.instruction,
+            phase.instruction,
             endpoint,
             RolloutDirs(dirs["home"], Path(workdir)),
-            task.agent.timeout_sec,
+            phase.agent_timeout_s,
         )
         mounts = [
             Mount(dirs["workspace"], workdir, read_only=False),
             Mount(dirs["home"], str(dirs["home"]), read_only=False),
             Mount(dirs["agent_logs"], f"{LOGS}/agent", read_only=False),
+            Mount(dirs["artifacts"], f"{LOGS}/artifacts", read_only=False),
             *(Mount(p, str(p), read_only=True) for p in harness.read_only_paths()),
             *prepared.mounts,
         ]
-        if harness.capabilities.runs_solution and task.solution_dir is not None:
-            mounts.append(Mount(task.solution_dir, SOLUTION, read_only=True))
+        if harness.capabilities.runs_solution and phase.solution is not None:
+            mounts.append(Mount(phase.solution, SOLUTION, read_only=True))
         env = {**prepared.env, **inv.env}
         if prepared.root is not None:  # the harness's own directories, then the image's PATH
             bins = [str(d) for d in harness.bin_dirs()]
             env["PATH"] = ":".join([*bins, prepared.env.get("PATH", VERIFIER_PATH)])
         env["PATH"] = ":".join([*prepared.path_prefix, env.get("PATH", VERIFIER_PATH)])
+        out = job.root / f"{phase.agent_out}.out"
         result = self.environments.sandbox(prepared).run(
             SandboxSpec(
                 argv=tuple(inv.argv),
-                stdout=job.root / "agent.out",
-                stderr=job.root / "agent.err",
+                stdout=out,
+                stderr=job.root / f"{phase.agent_out}.err",
                 cwd=workdir,
                 env=env,
                 mounts=tuple(mounts),
                 # A harness that declares no network (oracle, noop) gets none at all.
                 proxy=proxy if harness.capabilities.network is Network.PROXY else None,
                 limits=limits(task, self.max_processes),
-                timeout_s=task.agent.timeout_sec,
+                timeout_s=phase.agent_timeout_s,
                 home=str(dirs["home"]),
                 root=prepared.root,
+                collect=tuple(
+                    (a.source, dirs["artifacts"] / a.destination, a.exclude)
+                    for a in phase.artifacts
+                ),
             )
         )
-        return _agent_end(result, harness, job.root / "agent.out", task.agent.timeout_sec)
+        return _agent_end(result, harness, out, phase.agent_timeout_s)
 
     def endpoint_for(self, job: Job) -> ProxyEndpoint:
         """The proxy as ``job``'s sandbox sees it: its own worker's Unix socket behind a proxy
@@ -273,6 +318,15 @@ def _agent_end(result: SandboxResult, harness: Harness, stdout: Path, timeout: f
     if result.outcome is not SandboxOutcome.EXITED:  # a limit struck: the agent's doing
         message = f"{result.outcome.value}: {message}"
     return AgentEnd(phase, result.exit_code, result.duration_s, message, final, session)
+
+
+def _all_ends(ends: list[AgentEnd]) -> AgentEnd:
+    """The agent's phases as one end: the last one's, with the time of all of them, failed or
+    timed out if any was."""
+    last = ends[-1]
+    worst = next((e for e in ends if e.phase is not RolloutPhase.FINISHED), last)
+    total = sum(e.duration_s for e in ends)
+    return dataclasses.replace(worst, duration_s=total, final_message=last.final_message)
 
 
 def _tail(path: Path, limit: int) -> str | None:

@@ -20,7 +20,7 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from infra.images import TaskImage
+from infra.images import ImageUser, TaskImage
 from infra.sandbox import Mount, RootFs
 from infra.tasks import Task
 from infra.tasks.dockerfile import REFUSAL_ADVICE, ImagePlan, parse
@@ -101,6 +101,7 @@ def _dirs(root: Path) -> dict[str, Path]:
         "home": root / "home",
         "agent_logs": root / "logs" / "agent",
         "verifier_logs": root / "logs" / "verifier",
+        "artifacts": root / "artifacts",  # the agent's /logs/artifacts, and what is collected
     }
     if root.exists():  # a rerun of the same attempt starts clean
         shutil.rmtree(root)
@@ -109,10 +110,13 @@ def _dirs(root: Path) -> dict[str, Path]:
     return dirs
 
 
-def lay_out_image(task: Task, root: Path, image: TaskImage) -> Prepared:
+def lay_out_image(
+    task: Task, root: Path, image: TaskImage, user: ImageUser | None = None
+) -> Prepared:
     """An attempt in the task's own image: the workspace starts as the image's ``WORKDIR`` (what
     its ``COPY`` and ``RUN`` lines left there, owners kept), appears at that path, and belongs,
-    with the home and the log directories, to the image's user; the image's ``ENV`` is set."""
+    with the home and the log directories, to the image's user (or ``user``: the task's
+    ``[agent] user``); the image's ``ENV`` is set."""
     dirs = _dirs(root)
     workdir = image.config.workdir or task.environment.workdir
     source = image.rootfs / workdir.lstrip("/")
@@ -123,9 +127,9 @@ def lay_out_image(task: Task, root: Path, image: TaskImage) -> Prepared:
         )
         if done.returncode != 0:
             raise OSError(f"cannot copy the image's {workdir} into the workspace: {done.stderr}")
-    user = image.user
+    user = user or image.user
     if not user.root:
-        for name in ("home", "agent_logs", "verifier_logs"):
+        for name in ("home", "agent_logs", "verifier_logs", "artifacts"):
             os.chown(dirs[name], user.uid, user.gid)
         if not source.is_dir():
             os.chown(dirs["workspace"], user.uid, user.gid)

@@ -23,6 +23,8 @@ certificate authorities it adds and its pip configuration), so that a build's ``
 from __future__ import annotations
 
 import glob
+import hashlib
+import json
 import shutil
 import subprocess
 import tempfile
@@ -35,6 +37,7 @@ from infra.images.store import INSTALL_HINT, ImageStore
 from schemas.errors import SetupError
 
 SUITE = "bookworm"
+RECIPE_LABEL = "dev.openforge.recipe"
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 _SLIM = (
     "--dpkgopt=path-exclude=/usr/share/doc/*",
@@ -122,6 +125,24 @@ def machine_trust() -> list[str]:
     return hooks
 
 
+def machine_env() -> dict[str, str]:
+    """The image's ENV: a standard PATH and locale, and where the machine adds certificate
+    authorities, ``SSL_CERT_FILE`` (tools with their own trust store, such as uv, read it)."""
+    env = {"PATH": PATH, "LANG": "C.UTF-8"}
+    if glob.glob("/usr/local/share/ca-certificates/*.crt"):
+        env["SSL_CERT_FILE"] = "/etc/ssl/certs/ca-certificates.crt"
+    return env
+
+
+def recipe(base: BaseImage) -> str:
+    """A digest of everything that decides the image: remade when it changes."""
+    parts = [SUITE, *base.options, *machine_trust(), json.dumps(machine_env()), base.cmd]
+    for path in (*glob.glob("/usr/local/share/ca-certificates/*.crt"), "/etc/pip.conf"):
+        if Path(path).is_file():
+            parts.append(hashlib.sha256(Path(path).read_bytes()).hexdigest())
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:16]
+
+
 def make(base: BaseImage, store: ImageStore, say: Callable[[str], None] = print) -> float:
     """Make ``base`` with mmdebstrap and import it into ``store``; the seconds it took."""
     mmdebstrap = shutil.which("mmdebstrap")
@@ -138,17 +159,19 @@ def make(base: BaseImage, store: ImageStore, say: Callable[[str], None] = print)
                 f"mmdebstrap could not make {base.name} (exit {done.returncode}): "
                 f"{done.stderr.strip()[-2000:]}"
             )
-        store.import_rootfs(tarball, base.ref, {"PATH": PATH, "LANG": "C.UTF-8"}, base.cmd)
+        labels = {RECIPE_LABEL: recipe(base)}
+        store.import_rootfs(tarball, base.ref, machine_env(), base.cmd, labels)
     seconds = time.monotonic() - start
     say(f"made base image {base.name} in {seconds:.0f}s")
     return seconds
 
 
 def ensure_catalogue(store: ImageStore, say: Callable[[str], None] = print) -> list[str]:
-    """Make every catalogue image the store lacks; the names made (none when all are there)."""
+    """Make every catalogue image the store lacks, or has from another recipe (an older
+    OpenForge, other machine certificates); the names made (none when all are current)."""
     made = []
     for base in CATALOGUE:
-        if not store.exists(base.ref):
+        if store.label(base.ref, RECIPE_LABEL) != recipe(base):  # missing, or made otherwise
             make(base, store, say)
             made.append(base.name)
     return made

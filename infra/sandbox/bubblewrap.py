@@ -65,6 +65,7 @@ from infra.sandbox.base import (
     SandboxResult,
     SandboxSpec,
 )
+from infra.sandbox.collect import collect
 from infra.sandbox.lifetime import Init, exits_within, read_status
 from schemas.errors import ConfigError, SandboxError, SetupError
 
@@ -296,6 +297,7 @@ class BubblewrapSandbox(SandboxBackend):
             if init is not None:
                 init.wait_dead()
             counters = self._clean_up(cg, sandbox_id)
+        collect(spec, None)  # paths under the mounts; the rest was on tmpfs, gone with it
         namespaces = {
             k.removesuffix("-namespace"): v for k, v in status.items() if k.endswith("-namespace")
         }

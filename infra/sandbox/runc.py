@@ -43,6 +43,7 @@ from infra.sandbox.base import (
     SandboxResult,
     SandboxSpec,
 )
+from infra.sandbox.collect import collect
 from schemas.errors import ConfigError, SandboxError, SetupError
 
 NOT_ROOT = (
@@ -134,6 +135,8 @@ class RuncSandbox(SandboxBackend):
             code, timed_out, duration = self._run_container(spec, cid, run_dir)
             start_error = _start_error(run_dir / "runc.log") if code else None
             counters = self._counters(cgroup)
+            self._runc("kill", "--all", cid, "KILL")  # nothing may still write while we copy
+            collect(spec, rootfs)
         finally:
             self._tear_down(cid, run_dir, rootfs, sandbox_id)
         if start_error is not None:

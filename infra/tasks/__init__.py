@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from infra.tasks import harbor
 from infra.tasks.loader import (
     dataset_entries,
     load_dataset,
@@ -28,6 +29,7 @@ __all__ = [
     "VerifierReward",
     "VerifierSettings",
     "dataset_entries",
+    "harbor",
     "load_dataset",
     "load_task",
     "parse_task_toml",

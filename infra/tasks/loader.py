@@ -24,6 +24,7 @@ when a known key has the wrong type. Two tasks with one id in a dataset are an e
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import tomllib
 from collections.abc import Iterator, Mapping
@@ -31,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from infra.tasks import config
+from infra.tasks.harbor import steps
 from infra.tasks.model import Split, Task
 from schemas.errors import TaskError
 
@@ -61,7 +63,7 @@ def parse_task_toml(text: str, file: Path) -> dict[str, Any]:
         raise TaskError(f"{file}: not valid TOML ({exc}); fix the syntax") from exc
     top = config.Section(raw, None, file)
     return {
-        "version": top.string("version", "1.0"),
+        "version": top.string("schema_version", top.string("version", "1.0")),
         "metadata": config.metadata(top.table("metadata")),
         "agent": config.agent(top.table("agent")),
         "verifier": config.verifier(top.table("verifier")),
@@ -77,17 +79,30 @@ def load_task(path: Path, *, task_id: str | None = None, split: Split = Split.TR
     if not path.is_dir():
         raise TaskError(f"{path}: not a task directory (it does not exist or is a file)")
     settings = parse_task_toml(_read_text(path / "task.toml", "a task.toml"), path / "task.toml")
-    instruction = _read_text(path / "instruction.md", "an instruction.md (the prompt)")
-    if not instruction.strip():
-        raise TaskError(f"{path / 'instruction.md'}: empty; write the task's prompt in it")
+    multi_step = "steps" in settings["extra"]
+    if multi_step and not (path / "instruction.md").exists():
+        instruction = ""  # each step has its own (infra.tasks.harbor.steps checks them)
+    else:
+        instruction = _read_text(path / "instruction.md", "an instruction.md (the prompt)")
+        if not instruction.strip():
+            raise TaskError(f"{path / 'instruction.md'}: empty; write the task's prompt in it")
     test_sh = path / "tests" / "test.sh"
-    if not test_sh.is_file():
+    if not test_sh.is_file() and not multi_step:
         raise TaskError(
             f"{test_sh}: missing; a Harbor task needs a verifier script tests/test.sh that "
             "writes /logs/verifier/reward.txt or reward.json"
         )
     task_id = task_id or path.name
-    return Task(id=task_id, path=path, instruction=instruction, split=split, **settings)
+    task = Task(id=task_id, path=path, instruction=instruction, split=split, **settings)
+    if multi_step:
+        first, *_ = steps(task)  # each step's directory and prompt, checked at load
+        for step in steps(task):
+            if not (step.tests_dir / "test.sh").is_file() and not test_sh.is_file():
+                raise TaskError(
+                    f"{step.tests_dir / 'test.sh'}: missing, and no shared tests/test.sh"
+                )
+        task = dataclasses.replace(task, instruction=first.instruction)
+    return task
 
 
 def _looks_like_task(path: Path) -> bool:

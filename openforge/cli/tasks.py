@@ -83,7 +83,7 @@ def check(
 
     from infra.harnesses import NoOp, Oracle
     from infra.images import ImagePolicy
-    from infra.tasks import Task, dataset_entries, load_task
+    from infra.tasks import Task, dataset_entries, harbor, load_task
     from openforge.stack import local_stack
     from orchestrator.backend import RolloutBackendName, RunProxy
     from orchestrator.environments import SandboxMode
@@ -113,13 +113,13 @@ def check(
                 task = load_task(task_dir, task_id=task_id, split=task_split)
                 name = task.id
                 console.print(f"checking {name} ...")
-                notes = backend.check(task, Oracle() if task.solution_dir else NoOp())
+                notes = backend.check(task, Oracle() if harbor.has_solution(task) else NoOp())
             except OpenForgeError as exc:  # a malformed task, or one this backend refuses
                 rows[name] = ["refused", str(exc), "-"]
                 continue
             said = "; ".join(n.split(": ", 1)[1] for n in notes) or "-"
             rows[name] = [_runs_in(backend, task), said, "-"]
-            if task.solution_dir is None:
+            if not harbor.has_solution(task):
                 rows[name][2] = "no solution"
             else:
                 runnable.append(task)

@@ -24,6 +24,7 @@ reward.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import time
@@ -34,11 +35,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from infra.sandbox import SandboxOutcome
-from infra.tasks import Task, load_dataset
+from infra.tasks import Task, harbor, load_dataset
 from orchestrator import final_workspace
 from orchestrator.environments import Environments
 from orchestrator.rundir import RolloutOutcome, RunDir, Status
-from orchestrator.verifier import run_verifier
+from orchestrator.verifier import default_phase, run_verifier
 from pipeline.assembly import reward_order
 from pipeline.jobs import Outputs, RunReport, run_replay
 from schemas.archive import ArchiveWriter, read_archive
@@ -181,7 +182,11 @@ def rescore_one(
     agent_logs = rollout_dir / "logs" / "agent"
     if agent_logs.is_dir():
         shutil.copytree(agent_logs, prepared.dirs["agent_logs"], dirs_exist_ok=True)
-    run = run_verifier(environments.sandbox(prepared), task, root, prepared)
+    if harbor.steps(task):
+        return None, {}, "a multi-step task is not re-scored yet (its steps' states are not saved)"
+    own = environments.prepare_verifier(task, root / "verifier-env")
+    phase = dataclasses.replace(default_phase(task), own=own)
+    run = run_verifier(environments.sandbox(own or prepared), task, root, prepared, phase=phase)
     if run.result.outcome is not SandboxOutcome.EXITED:
         return None, {}, f"the verifier did not finish: {run.result.message}"
     if run.reward.reward is None:
