@@ -2,15 +2,19 @@
 
     .venv/bin/python -m bench.rollout_overhead [--rollouts 200] [--concurrency 8]
 
-Code path measured: ``orchestrator.run.Orchestrator`` on ``orchestrator.local.LocalBackend``
-with ``infra.sandbox.BubblewrapSandbox`` and the real proxy (in this process, on its Unix
-socket): per rollout, the proxy registers it and mints its key, the workspace is laid out, the
+Code paths measured, one after another in one run: ``orchestrator.run.Orchestrator`` on
+``orchestrator.local.LocalBackend`` with the real proxy (in this process, on its Unix socket),
+once with ``--sandbox bubblewrap`` (``infra.sandbox.BubblewrapSandbox``, the task's Dockerfile
+subset on this machine's root filesystem) and once with the default ``--sandbox auto`` (the
+task's image, built once with buildah, each sandbox a runc container: ``infra.sandbox.runc``);
+per rollout, the proxy registers it and mints its key, the workspace is laid out, the
 oracle runs the task's ``solve.sh`` in a sandbox (with the proxy forwarder), the verifier runs
 ``test.sh`` in a fresh sandbox, and the lifecycle events and the reward are recorded through the
 proxy. The baseline runs the same two scripts as plain subprocesses in a copied workspace, at
 the same concurrency. Proof of path: ``solve.sh`` writes the pid and network namespace it ran
-in; every sandboxed rollout must report namespaces other than this process's, every plain one
-the same as this process's.
+in and the number of programs in ``/usr/bin``; every sandboxed rollout must report namespaces
+other than this process's, every plain one the same as this process's, and every container
+rollout the image's ``/usr/bin`` (far fewer programs than this machine's).
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import subprocess
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 from infra.harnesses import Oracle
@@ -30,12 +35,17 @@ from infra.sandbox import BubblewrapSandbox, ProxyEndpoint
 from infra.tasks import load_task
 from infra.tiny_model import build_tiny_model
 from openforge.testing.proxy import proxy_config, running_proxy
+from orchestrator.environments import SandboxMode
 from orchestrator.local import LocalBackend
 from orchestrator.plan import plan
 from orchestrator.run import Orchestrator, OrchestratorConfig
-from orchestrator.rundir import RunDir, Status
+from orchestrator.rundir import RolloutOutcome, RunDir, Status
 
-SOLVE = "readlink /proc/self/ns/pid /proc/self/ns/net > ns.txt\necho done > out.txt\n"
+SOLVE = (
+    "readlink /proc/self/ns/pid /proc/self/ns/net > ns.txt\nls /usr/bin | wc -l >> ns.txt\n"
+    "echo done > out.txt\n"
+)
+DOCKERFILE = "FROM debian:bookworm-slim\nWORKDIR /app\nCOPY README /app/\n"
 VERIFY = (
     'mkdir -p "${LOGS:-/logs}/verifier"\n'
     'if [ -f out.txt ]; then r=1; else r=0; fi\necho "$r" > "${LOGS:-/logs}/verifier/reward.txt"\n'
@@ -50,6 +60,7 @@ def _task(root: Path) -> Path:
     (root / "environment" / "README").write_text("a trivial task\n")
     (root / "solution" / "solve.sh").write_text(SOLVE)
     (root / "tests" / "test.sh").write_text(VERIFY)
+    (root / "environment" / "Dockerfile").write_text(DOCKERFILE)
     return root
 
 
@@ -63,6 +74,37 @@ def _plain(task: Path, root: Path) -> tuple[float, str]:
     subprocess.run(["bash", str(task / "tests" / "test.sh")], cwd=work, env=env, check=True)
     assert (logs / "verifier" / "reward.txt").read_text().strip() == "1"
     return time.perf_counter() - start, (work / "ns.txt").read_text()
+
+
+@dataclass
+class Row:
+    name: str
+    walls: list[float]
+    agent: list[float]
+    verifier: list[float]
+    wall: float
+
+
+def _checked(
+    records: list[RolloutOutcome],
+    n: int,
+    run: Path,
+    host_ns: str,
+    host_bins: int,
+    mode: SandboxMode,
+) -> list[RolloutOutcome]:
+    """The verified rollouts, each proven to have taken the path: own namespaces, and in a
+    container the image's /usr/bin."""
+    ok = [r for r in records if r.status is Status.VERIFIED and r.reward == 1.0]
+    assert len(ok) == n, [r.message for r in records if r not in ok][:3]
+    for r in ok:
+        pid_ns, net_ns, bins = (
+            (run / "rollouts" / r.rollout_id / "workspace" / "ns.txt").read_text().split()
+        )
+        assert pid_ns not in host_ns and net_ns not in host_ns, r.rollout_id
+        in_image = int(bins) < host_bins // 2
+        assert in_image == (mode is SandboxMode.AUTO), (r.rollout_id, bins, host_bins)
+    return ok
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -89,7 +131,7 @@ def main() -> None:
     plain_wall = time.perf_counter() - t0
     assert all(ns.replace("\n", "").count(host_ns[:10]) for _, ns in plain)
 
-    # Orchestrated and sandboxed.
+    host_bins = len(os.listdir("/usr/bin"))
     config = proxy_config(
         "http://127.0.0.1:9",
         tmp / "proxy",
@@ -97,54 +139,56 @@ def main() -> None:
         upstream_model="tiny",
         max_model_len=4096,
     )
+    plain_s = [s for s, _ in plain]
+    rows = [Row("plain subprocesses (solve.sh + test.sh)", plain_s, [], [], plain_wall)]
     with running_proxy(config, unix_socket=tmp / "proxy" / "proxy.sock") as proxy:
         assert proxy.unix_socket is not None
-        backend = LocalBackend(BubblewrapSandbox(), ProxyEndpoint(proxy.unix_socket, 8100))
-        orch = Orchestrator(
-            backend,
-            Oracle(),
-            proxy.admin,
-            RunDir(tmp / "run"),
-            OrchestratorConfig(concurrency=args.concurrency, max_attempts=1),
-        )
-        t0 = time.perf_counter()
-        records = orch.run(plan([task], args.rollouts, run_id="bench"))
-        sandboxed_wall = time.perf_counter() - t0
-    ok = [r for r in records if r.status is Status.VERIFIED and r.reward == 1.0]
-    assert len(ok) == args.rollouts, [r.message for r in records if r not in ok][:3]
-    isolated = 0
-    for r in ok:
-        ns = (tmp / "run" / "rollouts" / r.rollout_id / "workspace" / "ns.txt").read_text()
-        pid_ns, net_ns = ns.split()
-        isolated += pid_ns not in host_ns and net_ns not in host_ns
-    assert isolated == args.rollouts, f"only {isolated} rollouts ran in their own namespaces"
-
-    plain_s = [s for s, _ in plain]
-    walls = [r.wall_s or 0.0 for r in ok]
+        endpoint = ProxyEndpoint(proxy.unix_socket, 8100)
+        for mode in (SandboxMode.BUBBLEWRAP, SandboxMode.AUTO):
+            backend = LocalBackend(BubblewrapSandbox(), endpoint, sandbox_mode=mode)
+            orch = Orchestrator(
+                backend,
+                Oracle(),
+                proxy.admin,
+                RunDir(tmp / f"run-{mode}"),
+                OrchestratorConfig(concurrency=args.concurrency, max_attempts=1),
+            )
+            orch.check([task])  # the image is built (or found) before the clock starts
+            t0 = time.perf_counter()
+            records = orch.run(plan([task], args.rollouts, run_id=f"bench-{mode}"))
+            wall = time.perf_counter() - t0
+            ok = _checked(records, args.rollouts, tmp / f"run-{mode}", host_ns, host_bins, mode)
+            name = "runc containers of the image" if mode is SandboxMode.AUTO else "bubblewrap"
+            rows.append(
+                Row(
+                    f"orchestrator + 2 {name} + proxy events",
+                    [r.wall_s or 0.0 for r in ok],
+                    [r.agent_s or 0.0 for r in ok],
+                    [r.verifier_s or 0.0 for r in ok],
+                    wall,
+                )
+            )
     print(
         f"{args.rollouts} rollouts of a trivial task at concurrency {args.concurrency}, "
         f"{os.cpu_count()} cores"
     )
-    print("| path | p50 ms per rollout | p99 ms | rollouts/min |")
-    print("|---|---|---|---|")
+    print("| path | p50 ms | p99 ms | rollouts/min | agent p50 | verifier p50 | rest p50 |")
+    print("|---|---|---|---|---|---|---|")
+    for row in rows:
+        rate = args.rollouts / row.wall * 60
+        cells = [f"{_pct(row.walls, 0.5):.1f}", f"{_pct(row.walls, 0.99):.1f}", f"{rate:,.0f}"]
+        if row.agent:
+            rest = [w - a - v for w, a, v in zip(row.walls, row.agent, row.verifier, strict=True)]
+            cells += [f"{_pct(x, 0.5):.1f}" for x in (row.agent, row.verifier, rest)]
+        else:
+            cells += ["", "", ""]
+        print(f"| {row.name} | " + " | ".join(cells) + " |")
+    base, bubble, container = rows
+    added = {r.name: _pct(r.walls, 0.5) - _pct(base.walls, 0.5) for r in (bubble, container)}
     print(
-        f"| plain subprocesses (solve.sh + test.sh) | {_pct(plain_s, 0.5):.1f} | "
-        f"{_pct(plain_s, 0.99):.1f} | {args.rollouts / plain_wall * 60:,.0f} |"
-    )
-    print(
-        f"| orchestrator + 2 sandboxes + proxy events | {_pct(walls, 0.5):.1f} | "
-        f"{_pct(walls, 0.99):.1f} | {args.rollouts / sandboxed_wall * 60:,.0f} |"
-    )
-    print(
-        f"added per rollout: p50 {_pct(walls, 0.5) - _pct(plain_s, 0.5):.1f} ms, p99 "
-        f"{_pct(walls, 0.99) - _pct(plain_s, 0.99):.1f} ms; "
-        f"{isolated}/{args.rollouts} sandboxed rollouts in their own pid+net namespaces"
-    )
-    agent = [r.agent_s or 0.0 for r in ok]
-    verifier = [r.verifier_s or 0.0 for r in ok]
-    print(
-        f"inside: agent sandbox p50 {_pct(agent, 0.5):.1f} ms, verifier sandbox p50 "
-        f"{_pct(verifier, 0.5):.1f} ms"
+        f"containers vs bubblewrap, rollouts/min: {bubble.wall / container.wall:.2f}x; added "
+        f"over plain at p50: bubblewrap {added[bubble.name]:.1f} ms, containers "
+        f"{added[container.name]:.1f} ms; every rollout checked for its path"
     )
     shutil.rmtree(tmp, ignore_errors=True)
 

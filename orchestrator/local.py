@@ -65,7 +65,7 @@ from orchestrator.backend import (
 from orchestrator.backend import RolloutJob as Job
 from orchestrator.environments import Environments, SandboxMode
 from orchestrator.steps import Phase, combine, phases
-from orchestrator.verifier import LOGS, VERIFIER_PATH, limits, run_verifier
+from orchestrator.verifier import LOGS, VERIFIER_PATH, agent_artifacts, limits, run_verifier
 from orchestrator.workspace import Prepared
 from schemas.enums import RolloutPhase
 from schemas.errors import ConfigError, InfrastructureError, SandboxError, SetupError
@@ -150,7 +150,9 @@ class LocalBackend(RolloutBackend):
     def check(self, task: Task, harness: Harness) -> list[str]:
         require_solution(task, harness)
         said = []
-        if harbor.network_public(task):  # allow_internet = true, or network_mode = "public"
+        if (note := harbor.network_note(task)) is not None:
+            said.append(note)
+        if harbor.network_public(task):  # allow_internet = true
             if not self.allow_internet_tasks:
                 raise ConfigError(
                     f"task {task.id} ({task.config_file}) sets allow_internet = true, but a local "
@@ -226,7 +228,13 @@ class LocalBackend(RolloutBackend):
         own = self.environments.prepare_verifier(
             job.task, job.root / f"{phase.verifier.name}-env", phase.step
         )
-        verifier_phase = dataclasses.replace(phase.verifier, own=own)
+        collected = prepared.dirs["artifacts"]
+        artifacts = tuple(
+            (collected / a.destination, a.source)
+            for a in phase.artifacts
+            if (collected / a.destination).exists()
+        )
+        verifier_phase = dataclasses.replace(phase.verifier, own=own, artifacts=artifacts)
         sandbox = self.environments.sandbox(own or prepared)
         run = run_verifier(
             sandbox, job.task, job.root, prepared, self.max_processes, verifier_phase
@@ -257,7 +265,7 @@ class LocalBackend(RolloutBackend):
             Mount(dirs["workspace"], workdir, read_only=False),
             Mount(dirs["home"], str(dirs["home"]), read_only=False),
             Mount(dirs["agent_logs"], f"{LOGS}/agent", read_only=False),
-            Mount(dirs["artifacts"], f"{LOGS}/artifacts", read_only=False),
+            Mount(agent_artifacts(prepared), f"{LOGS}/artifacts", read_only=False),
             *(Mount(p, str(p), read_only=True) for p in harness.read_only_paths()),
             *prepared.mounts,
         ]

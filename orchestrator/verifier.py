@@ -48,6 +48,7 @@ class VerifierPhase:
     name: str = "verifier"
     logs: Path | None = None  # None: the attempt's logs/verifier
     own: Prepared | None = None
+    artifacts: tuple[tuple[Path, str], ...] = ()  # (collected copy, its source path inside)
 
 
 def limits(task: Task, max_processes: int) -> Limits:
@@ -56,6 +57,14 @@ def limits(task: Task, max_processes: int) -> Limits:
         max_processes=max_processes,
         cpus=float(task.environment.cpus) if task.environment.cpus else None,
     )
+
+
+def agent_artifacts(prepared: Prepared) -> Path:
+    """The host directory behind the agent's ``/logs/artifacts`` (Harbor's convention dir,
+    kept where Harbor keeps it: ``artifacts/logs/artifacts``)."""
+    path = prepared.dirs["artifacts"] / "logs" / "artifacts"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
 
 
 def default_phase(task: Task) -> VerifierPhase:
@@ -69,12 +78,14 @@ def _spec(task: Task, root: Path, agent: Prepared, phase: VerifierPhase, procs: 
         Mount(phase.tests, TESTS, read_only=True),
         Mount(logs, f"{LOGS}/verifier", read_only=False),
         Mount(agent.dirs["agent_logs"], f"{LOGS}/agent", read_only=True),
-        Mount(agent.dirs["artifacts"], f"{LOGS}/artifacts", read_only=True),
+        Mount(agent_artifacts(agent), f"{LOGS}/artifacts", read_only=True),
     ]
     # Shared: the agent's workspace and what the host sandbox adds for it; separate: the
-    # verifier image's own WORKDIR, fresh.
+    # verifier image's own WORKDIR, fresh. Then each collected artifact at its own path, as
+    # Harbor re-materializes them.
     mounts.insert(0, Mount(where.dirs["workspace"], where.workdir, read_only=False))
     mounts += where.mounts
+    mounts += [Mount(host, inside, read_only=False) for host, inside in phase.artifacts]
     return SandboxSpec(
         argv=("bash", f"{TESTS}/test.sh"),
         stdout=root / f"{phase.name}.out",

@@ -9,8 +9,9 @@ from a loaded :class:`~infra.tasks.model.Task` (they are kept in its ``extra`` m
   table's ``docker_image``, else the task's image; it sees the agent's ``artifacts``, not its
   workspace (:func:`verifier_plan`).
 - ``artifacts`` (top level, and per step): paths collected from the agent's container after it
-  ran, shown to the verifier under ``/logs/artifacts/`` at their path without the leading ``/``
-  (or ``destination``), as Harbor maps them.
+  ran, kept under the attempt's ``artifacts/`` at their path without the leading ``/`` (or
+  ``destination``), and shown to the verifier at their own path, as Harbor re-materializes
+  them; the agent's ``/logs/artifacts`` is always collected (``artifacts/logs/artifacts``).
 - Multi-step tasks (``[[steps]]``, ``steps/<name>/`` each with ``instruction.md``,
   ``solution/``, ``tests/``): :func:`steps`; the rollout's reward is
   ``multi_step_reward_strategy`` (``mean``, the default, or ``final``) of the step rewards.
@@ -224,9 +225,19 @@ def has_solution(task: Task) -> bool:
 
 
 def network_public(task: Task) -> bool:
-    """``network_mode = "public"`` (or ``allow_internet = true``): the task asks for internet."""
-    mode = task.environment.extra.get("network_mode")
-    return bool(task.environment.allow_internet) or mode == "public"
+    """``allow_internet = true``: the task says it needs the internet. (``network_mode =
+    "public"`` is Harbor's default, which ``harbor init`` writes out: it is said in the run's log,
+    see :func:`network_note`, not taken as a need.)"""
+    return bool(task.environment.allow_internet)
+
+
+def network_note(task: Task) -> str | None:
+    if task.environment.extra.get("network_mode") == "public" and not network_public(task):
+        return (
+            f"{task.id}: network_mode = 'public' (Harbor's default): the local sandbox reaches "
+            "only the proxy"
+        )
+    return None
 
 
 def _user(section: Mapping[str, Any]) -> str | None:

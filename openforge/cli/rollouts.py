@@ -68,16 +68,17 @@ def run(
     sandbox: Annotated[
         str,
         typer.Option(
-            help="local: auto (a task with a Dockerfile runs in a container of its own image, "
-            "others in bubblewrap), container, or bubblewrap (every task on this machine's root "
-            "filesystem)."
+            help="(local backend) auto: a task with a Dockerfile runs in a container of its "
+            "own image, others in bubblewrap; container; or bubblewrap: every task on this "
+            "machine's root filesystem."
         ),
     ] = "auto",
     strict_images: Annotated[
-        bool, typer.Option(help="local: refuse a FROM with no exact local image (no stand-in).")
+        bool,
+        typer.Option(help="(local backend) refuse a FROM with no exact local image (no stand-in)."),
     ] = False,
     pull_images: Annotated[
-        bool, typer.Option(help="local: let buildah pull a FROM the local store lacks.")
+        bool, typer.Option(help="(local backend) let buildah pull a FROM the local store lacks.")
     ] = False,
     max_workspace_mb: Annotated[
         float,

@@ -201,3 +201,29 @@ def test_the_deadline_and_cancel_kill_everything(run: Run) -> None:
     assert cancelled.exit_code == 128 + 9 and cancelled.duration_s < 30
     _nothing_left(run)
     assert os.path.isdir(run.root / "etc")
+
+
+def test_collect_copies_paths_out_and_never_follows_a_link_out_of_the_tree(
+    run: Run, tmp_path: Path
+) -> None:
+    out = tmp_path / "collected"
+    secret = tmp_path / "host-secret"
+    secret.mkdir()
+    (secret / "key").write_text("host only\n")
+    script = (
+        "mkdir -p /var/log/app && echo kept > /var/log/app/a.log && echo tmp > /var/log/app/x.tmp"
+        f" && echo ws > /app/w.txt && rm -rf /srv && ln -s {secret} /srv"
+    )
+    collect = (
+        ("/var/log/app", out / "logs", ("*.tmp",)),
+        ("/app/w.txt", out / "app" / "w.txt", ()),
+        ("/srv/key", out / "srv" / "key", ()),  # /srv is now a link to a host directory
+        ("/nowhere", out / "nowhere", ()),
+    )
+    result = run("sh", "-c", script, collect=collect)
+    assert result.ok, (result, run.err)
+    assert (out / "logs" / "a.log").read_text() == "kept\n"
+    assert not (out / "logs" / "x.tmp").exists()
+    assert (out / "app" / "w.txt").read_text() == "ws\n"
+    assert not (out / "srv").exists() and not (out / "nowhere").exists()
+    _nothing_left(run)

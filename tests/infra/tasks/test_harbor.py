@@ -106,4 +106,5 @@ def test_what_is_not_supported_is_refused_by_name(tmp_path: Path) -> None:
     for what in ("mcp_servers", "gpus = 1", "allowlist", "verifier.collect"):
         assert what in text
     public = load_task(_task(tmp_path / "b", '[environment]\nnetwork_mode = "public"\n'))
-    assert harbor.network_public(public)
+    assert not harbor.network_public(public)  # Harbor's default, written out: said, not a need
+    assert "network_mode = 'public' (Harbor's default)" in (harbor.network_note(public) or "")
