@@ -67,6 +67,7 @@ from infra.sandbox.base import (
 )
 from infra.sandbox.collect import collect
 from infra.sandbox.lifetime import Init, exits_within, read_status
+from infra.sandbox.outcome import classify
 from schemas.errors import ConfigError, SandboxError, SetupError
 
 FORWARDER = Path(__file__).with_name("forwarder.py")
@@ -301,7 +302,8 @@ class BubblewrapSandbox(SandboxBackend):
         namespaces = {
             k.removesuffix("-namespace"): v for k, v in status.items() if k.endswith("-namespace")
         }
-        result = self._classify(spec, sandbox_id, code, timed_out, duration, *counters)
+        first = self._own_complaint(spec) if code in (1, 125, 127) else None
+        result = classify(spec, sandbox_id, code, timed_out, duration, counters, start_error=first)
         return dataclasses.replace(result, namespaces=namespaces)
 
     @staticmethod
@@ -333,47 +335,6 @@ class BubblewrapSandbox(SandboxBackend):
             raise SandboxError(f"cannot read or empty the sandbox's cgroups: {exc}") from exc
         finally:
             cg.remove()
-
-    def _classify(
-        self,
-        spec: SandboxSpec,
-        sandbox_id: str,
-        code: int | None,
-        timed_out: bool,
-        duration: float,
-        ooms: int | None,
-        forks: int | None,
-        peak: float | None,
-    ) -> SandboxResult:
-        limits = spec.limits
-        notes = []
-        if ooms:
-            notes.append(f"the OOM killer killed {ooms} process(es) at {limits.memory_mib} MiB")
-        if forks:
-            notes.append(f"{forks} fork(s) failed at {limits.max_processes} processes")
-        note = f" ({'; '.join(notes)})" if notes else ""
-
-        def result(outcome: SandboxOutcome, message: str) -> SandboxResult:
-            return SandboxResult(
-                outcome, code, duration, message + note, sandbox_id, ooms, forks, peak
-            )
-
-        if timed_out:
-            return result(
-                SandboxOutcome.TIMED_OUT,
-                f"timed out after {spec.timeout_s:g}s; every process of the sandbox was killed",
-            )
-        assert code is not None
-        first = self._own_complaint(spec) if code in (1, 125, 127) else None
-        if first is not None:
-            return result(SandboxOutcome.FAILED_TO_START, f"the sandbox did not start: {first}")
-        if ooms and code != 0:
-            return result(SandboxOutcome.OUT_OF_MEMORY, f"exited with {code} at the memory limit")
-        if forks and code != 0:
-            return result(
-                SandboxOutcome.TOO_MANY_PROCESSES, f"exited with {code} at the process limit"
-            )
-        return result(SandboxOutcome.EXITED, f"exited with {code}")
 
     @staticmethod
     def _own_complaint(spec: SandboxSpec) -> str | None:

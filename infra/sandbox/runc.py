@@ -44,6 +44,7 @@ from infra.sandbox.base import (
     SandboxSpec,
 )
 from infra.sandbox.collect import collect
+from infra.sandbox.outcome import classify
 from schemas.errors import ConfigError, SandboxError, SetupError
 
 NOT_ROOT = (
@@ -144,7 +145,7 @@ class RuncSandbox(SandboxBackend):
             return SandboxResult(
                 SandboxOutcome.FAILED_TO_START, code, duration, message, sandbox_id
             )
-        return self._classify(spec, sandbox_id, code, timed_out, duration, *counters)
+        return classify(spec, sandbox_id, code, timed_out, duration, counters, "container")
 
     @staticmethod
     def _cannot_start(spec: SandboxSpec) -> str | None:
@@ -245,45 +246,6 @@ class RuncSandbox(SandboxBackend):
         shutil.rmtree(run_dir, ignore_errors=True)
         if run_dir.exists():
             raise SandboxError(f"cannot remove the run's state {run_dir}: remove it by hand")
-
-    def _classify(
-        self,
-        spec: SandboxSpec,
-        sandbox_id: str,
-        code: int | None,
-        timed_out: bool,
-        duration: float,
-        ooms: int | None,
-        forks: int | None,
-        peak: float | None,
-    ) -> SandboxResult:
-        notes = []
-        if ooms:
-            notes.append(
-                f"the OOM killer killed {ooms} process(es) at {spec.limits.memory_mib} MiB"
-            )
-        if forks:
-            notes.append(f"{forks} fork(s) failed at {spec.limits.max_processes} processes")
-        note = f" ({'; '.join(notes)})" if notes else ""
-
-        def result(outcome: SandboxOutcome, message: str) -> SandboxResult:
-            return SandboxResult(
-                outcome, code, duration, message + note, sandbox_id, ooms, forks, peak
-            )
-
-        if timed_out:
-            return result(
-                SandboxOutcome.TIMED_OUT,
-                f"timed out after {spec.timeout_s:g}s; every process of the container was killed",
-            )
-        assert code is not None
-        if ooms and code != 0:
-            return result(SandboxOutcome.OUT_OF_MEMORY, f"exited with {code} at the memory limit")
-        if forks and code != 0:
-            return result(
-                SandboxOutcome.TOO_MANY_PROCESSES, f"exited with {code} at the process limit"
-            )
-        return result(SandboxOutcome.EXITED, f"exited with {code}")
 
 
 SANDBOXES.add(SandboxName.RUNC, RuncSandbox)
