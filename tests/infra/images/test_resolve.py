@@ -44,8 +44,12 @@ def test_exact_names_stand_ins_stages_and_args(tmp_path: Path) -> None:
 def test_strict_refuses_a_stand_in_and_an_unknown_image_is_refused(tmp_path: Path) -> None:
     with pytest.raises(TaskError, match=r"Dockerfile:1: the image 'python:3.12-slim'.*strict"):
         _resolve(tmp_path, "FROM python:3.12-slim\n", strict=True)
-    with pytest.raises(TaskError, match=r"Dockerfile:2: .*'ghcr.io/astral-sh/uv:0.9.7'"):
-        _resolve(tmp_path, "FROM debian:bookworm\nCOPY --from=ghcr.io/astral-sh/uv:0.9.7 /uv /u\n")
+    with pytest.raises(TaskError, match=r"Dockerfile:2: .*'ghcr.io/example/tool:1.0'"):
+        _resolve(tmp_path, "FROM debian:bookworm\nCOPY --from=ghcr.io/example/tool:1.0 /t /t\n")
+    # An image that is only a binary is made from its wheel, strict or not: the same binary.
+    uv = "FROM debian:bookworm\nCOPY --from=ghcr.io/astral-sh/uv:0.9.7 /uv /u\n"
+    _, said = _resolve(tmp_path, uv, strict=True)
+    assert said[1] == "ghcr.io/astral-sh/uv:0.9.7 (made from its wheel)"
     out, said = _resolve(tmp_path, "FROM alpine:3.20\n", pull=True)
     assert said == ["alpine:3.20 (pulled)"] and out == "FROM alpine:3.20\n"
 
