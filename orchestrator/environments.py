@@ -145,8 +145,17 @@ class Environments:
                 "[verifier.environment] docker_image), which needs the container sandbox: run "
                 "it with --sandbox auto, as root"
             )
-        said = notes(task)
-        if said and self.mode is SandboxMode.AUTO:
+        fell_back = task.dockerfile is not None and self.mode is SandboxMode.AUTO
+        try:
+            said = notes(task)
+        except TaskError as exc:  # the Dockerfile is past the subset bubblewrap runs
+            if not fell_back:
+                raise
+            raise TaskError(
+                f"task {task.id}: not in a container: {self.container_unavailable()}; and in "
+                f"bubblewrap: {exc}"
+            ) from exc
+        if said and fell_back:
             said.insert(0, f"{task.id}: not in a container: {self.container_unavailable()}")
         return said
 

@@ -14,8 +14,12 @@ command starts) listens on ``127.0.0.1:PORT`` inside and relays to the proxy's h
 the container never sees. At the deadline, or on :meth:`RuncSandbox.cancel`, ``runc kill --all``
 kills every process of the container.
 
-Needs root (runc's cgroup and overlay set-up); a non-root user gets SetupError from
-:meth:`~RuncSandbox.preflight` saying to use bubblewrap.
+Needs root (runc's cgroup and overlay set-up), or, for a non-root user, the user namespace of
+:mod:`infra.rootless` (the ``openforge`` commands that run containers enter it by themselves):
+there runc runs the container as a rootless one, without a cgroup (a non-root user cannot make
+one here), so the memory and process limits are rlimits (:func:`~infra.sandbox.runc_spec.rlimits`),
+CPU is not capped, and the outcome cannot tell a limit from another failure. Elsewhere
+:meth:`~RuncSandbox.preflight` raises SetupError saying why, and to use bubblewrap.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ import uuid
 from functools import cached_property
 from pathlib import Path
 
+from infra import rootless
 from infra.local.process import kill_tagged
 from infra.sandbox import cgroups, runc_spec
 from infra.sandbox.base import (
@@ -48,8 +53,9 @@ from infra.sandbox.outcome import classify
 from schemas.errors import ConfigError, SandboxError, SetupError
 
 NOT_ROOT = (
-    "the runc container sandbox needs root here (runc's cgroups and the overlay mount of each "
-    "run's layer); as another user run tasks in the bubblewrap sandbox (--sandbox bubblewrap)"
+    "the runc container sandbox needs root, or a user namespace of your subordinate ids "
+    "(`openforge` enters one by itself where it can); {why}. Run tasks in the bubblewrap "
+    "sandbox instead (--sandbox bubblewrap)"
 )
 
 
@@ -80,7 +86,11 @@ class RuncSandbox(SandboxBackend):
     name = SandboxName.RUNC
 
     def __init__(self, state: Path | None = None) -> None:
-        self.state = state or Path(tempfile.gettempdir()) / "openforge-runc"
+        # Per user: a rootless user's runc state is theirs, never root's.
+        uid = rootless.host_uid()
+        default = "openforge-runc" if uid == 0 else f"openforge-runc-{uid}"
+        self.state = state or Path(tempfile.gettempdir()) / default
+        self.rootless = rootless.inside()  # no cgroups: rlimits stand in
         self._running: set[str] = set()
         self._lock = threading.Lock()
 
@@ -95,9 +105,12 @@ class RuncSandbox(SandboxBackend):
 
     def preflight(self) -> None:
         if os.geteuid() != 0:
-            raise SetupError(NOT_ROOT)
+            reason = rootless.unavailable() or "this process was not started in it"
+            if os.environ.get(rootless.OPT_OUT) == "0":
+                reason = f"{rootless.OPT_OUT}=0 is set"
+            raise SetupError(NOT_ROOT.format(why=reason))
         self.runc  # noqa: B018 - raises SetupError when missing
-        if (why := cgroups.unavailable()) is not None:
+        if not self.rootless and (why := cgroups.unavailable()) is not None:
             raise SetupError(f"the container sandbox needs cgroup v1 groups here: {why}")
 
     def _runc(self, *args: str) -> subprocess.CompletedProcess[bytes]:
@@ -105,11 +118,18 @@ class RuncSandbox(SandboxBackend):
             [self.runc, "--root", str(self.state / "runc"), *args], capture_output=True
         )
 
+    def _kill(self, cid: str) -> None:
+        """SIGKILL every process of the container: its first process, whose death takes its pid
+        namespace (and so everything else in it) down, and, with a cgroup, every member."""
+        self._runc("kill", cid, "KILL")
+        if not self.rootless:  # --all finds the processes through the cgroup
+            self._runc("kill", "--all", cid, "KILL")
+
     def cancel(self) -> None:
         with self._lock:
             running = list(self._running)
         for cid in running:
-            self._runc("kill", "--all", cid, "KILL")
+            self._kill(cid)
 
     def run(self, spec: SandboxSpec) -> SandboxResult:
         if spec.root is None:
@@ -128,7 +148,7 @@ class RuncSandbox(SandboxBackend):
         rootfs = run_dir / "rootfs"
         try:
             self._mount_layer(spec, run_dir, rootfs)
-            cgroup = self._cgroup_path(cid)
+            cgroup = None if self.rootless else self._cgroup_path(cid)
             config = runc_spec.runtime_spec(
                 spec, sandbox_id, rootfs, cgroup, run_dir / "forwarder.pid", self._memsw
             )
@@ -136,7 +156,7 @@ class RuncSandbox(SandboxBackend):
             code, timed_out, duration = self._run_container(spec, cid, run_dir)
             start_error = _start_error(run_dir / "runc.log") if code else None
             counters = self._counters(cgroup)
-            self._runc("kill", "--all", cid, "KILL")  # nothing may still write while we copy
+            self._kill(cid)  # nothing may still write while we copy
             collect(spec, rootfs)
         finally:
             self._tear_down(cid, run_dir, rootfs, sandbox_id)
@@ -208,20 +228,22 @@ class RuncSandbox(SandboxBackend):
                 code: int | None = proc.wait(timeout=spec.timeout_s)
                 timed_out = False
             except subprocess.TimeoutExpired:
-                self._runc("kill", "--all", cid, "KILL")
+                self._kill(cid)
                 proc.wait()
                 code, timed_out = None, True
             finally:
                 with self._lock:
                     self._running.discard(cid)
                 if proc.poll() is None:  # interrupted: take the container down with us
-                    self._runc("kill", "--all", cid, "KILL")
+                    self._kill(cid)
                     os.killpg(proc.pid, signal.SIGKILL)
                     proc.wait()
         return code, timed_out, time.monotonic() - start
 
     @staticmethod
-    def _counters(cgroup: str) -> tuple[int | None, int | None, float | None]:
+    def _counters(cgroup: str | None) -> tuple[int | None, int | None, float | None]:
+        if cgroup is None:  # rootless: no cgroup tells what struck
+            return None, None, None
         memory = cgroups.ROOT / "memory" / cgroup.lstrip("/")
         pids = cgroups.ROOT / "pids" / cgroup.lstrip("/")
         peak: float | None = None

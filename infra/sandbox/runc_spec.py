@@ -7,7 +7,9 @@ network holds only loopback; with a proxy, the forwarder hook listens there), a 
 a minimal ``/dev``, ``/sys`` read-only, private tmpfs ``/tmp`` and home, the spec's mounts, the
 image's user, Docker's default capability set for a root user and none for any other, no new
 privileges, the memory, pids and CPU limits of the spec in a cgroup of its own, and no rlimit
-(each is inherited, within the machine's hard limits: asking for more fails here).
+(each is inherited, within the machine's hard limits: asking for more fails here). Where no
+cgroup can be made (a non-root user: :mod:`infra.rootless`), rlimits stand in for the memory and
+process limits, and CPU is not capped.
 """
 
 from __future__ import annotations
@@ -139,15 +141,30 @@ def forwarder_hook(spec: SandboxSpec, sandbox_id: str, pidfile: Path) -> dict[st
     return {"path": python, "args": argv, "env": [f"{SERVICE_ID_ENV}={sandbox_id}"], "timeout": 30}
 
 
+def rlimits(spec: SandboxSpec) -> list[dict[str, Any]]:
+    """Per-process limits where no cgroup can hold the container (a non-root user's): address
+    space for memory (weaker: it bounds what a process maps, not what the container uses, and
+    engines that reserve address space may fail under it) and, for a non-root user inside,
+    processes (for uid 0 inside, which is the host user, it would count the user's own)."""
+    memory = spec.limits.memory_mib * 2**20
+    out = [{"type": "RLIMIT_AS", "soft": memory, "hard": memory}]
+    assert spec.root is not None
+    if spec.root.uid != 0:
+        tasks = spec.limits.max_processes
+        out.append({"type": "RLIMIT_NPROC", "soft": tasks, "hard": tasks})
+    return out
+
+
 def runtime_spec(
     spec: SandboxSpec,
     sandbox_id: str,
     rootfs: Path,
-    cgroup: str,
+    cgroup: str | None,
     pidfile: Path,
     memsw: bool,
 ) -> dict[str, Any]:
-    """The whole ``config.json`` for ``spec`` over the mounted ``rootfs``."""
+    """The whole ``config.json`` for ``spec`` over the mounted ``rootfs``; limits in ``cgroup``
+    (a path under each controller's hierarchy), or as :func:`rlimits` where it is None."""
     assert spec.root is not None
     caps = ROOT_CAPABILITIES if spec.root.uid == 0 else []
     config: dict[str, Any] = {
@@ -168,12 +185,15 @@ def runtime_spec(
             "namespaces": [
                 {"type": t} for t in ("pid", "network", "ipc", "uts", "mount", "cgroup")
             ],
-            "cgroupsPath": cgroup,
-            "resources": resources(spec, memsw),
             "maskedPaths": MASKED,
             "readonlyPaths": READ_ONLY,
         },
     }
+    if cgroup is not None:
+        config["linux"]["cgroupsPath"] = cgroup
+        config["linux"]["resources"] = resources(spec, memsw)
+    else:
+        config["process"]["rlimits"] = rlimits(spec)
     if spec.proxy is not None:
         config["hooks"] = {"createRuntime": [forwarder_hook(spec, sandbox_id, pidfile)]}
     return config

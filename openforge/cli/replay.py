@@ -79,10 +79,12 @@ def rescore(
     from rich.table import Table
 
     from infra.sandbox import sandbox
+    from openforge.cli.userns import enter_for_containers
     from openforge.replay.rescore import RescoreConfig
     from openforge.replay.rescore import rescore as run_rescore
     from orchestrator.environments import Environments
 
+    enter_for_containers()
     console = Console()
     cfg = RescoreConfig(run, tasks, verifier_version, to, concurrency, tuple(beam_arg or ()))
     report = run_rescore(cfg, Environments(sandbox()))

@@ -114,6 +114,7 @@ def run(
     from infra.proxy_client import ProxyAdmin
     from infra.sandbox import ProxyEndpoint
     from infra.tasks import load_dataset
+    from openforge.cli.userns import enter_for_containers
     from openforge.stack import SANDBOX_PROXY_PORT, local_stack
     from orchestrator.backend import RolloutBackend, RolloutBackendName, RunProxy
     from orchestrator.environments import SandboxMode
@@ -133,6 +134,8 @@ def run(
     planned = plan(dataset, n, run_id=out.name)
     backend_name = choose(RolloutBackendName, backend, "rollout backend")  # before any start
     sandbox_mode = choose(SandboxMode, sandbox, "sandbox")
+    if backend_name is RolloutBackendName.LOCAL:
+        enter_for_containers(sandbox_mode)
     # SIGTERM unwinds like Ctrl-C: sandboxes, the proxy and vLLM are stopped, not orphaned.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     out.mkdir(parents=True, exist_ok=True)

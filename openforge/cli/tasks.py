@@ -30,8 +30,10 @@ def build(
 
     from infra.images import ImageBuilder, ImagePolicy
     from infra.tasks import dataset_entries, load_task
+    from openforge.cli.userns import enter_for_containers
     from schemas.errors import OpenForgeError
 
+    enter_for_containers()
     console = Console()
     builder = ImageBuilder(policy=ImagePolicy(strict=strict_images, pull=pull_images))
     entries = list(dataset_entries(path))
@@ -84,6 +86,7 @@ def check(
     from infra.harnesses import NoOp, Oracle
     from infra.images import ImagePolicy
     from infra.tasks import Task, dataset_entries, harbor, load_task
+    from openforge.cli.userns import enter_for_containers
     from openforge.stack import local_stack
     from orchestrator.backend import RolloutBackendName, RunProxy
     from orchestrator.environments import SandboxMode
@@ -95,6 +98,7 @@ def check(
     from schemas.errors import OpenForgeError
     from schemas.registry import choose
 
+    enter_for_containers(choose(SandboxMode, sandbox, "sandbox"))
     console = Console()
     rows: dict[str, list[str]] = {}
     runnable: list[Task] = []

@@ -40,10 +40,12 @@ def train(
     """Train with RL: warm start, vLLM, proxy, pipeline, sandboxed rollouts, trainer, evals."""
     from rich.console import Console
 
+    from openforge.cli.userns import enter_for_containers
     from openforge.train.config import describe, load_config
     from openforge.train.report import live_progress, progress_text
     from openforge.train.report import summary_table as table
     from openforge.train.run import TrainingRun
+    from orchestrator.backend import RolloutBackendName
 
     console = Console()
     if show_config:
@@ -53,6 +55,8 @@ def train(
     if proxy_workers is not None:  # checked with the rest when the config is built
         overrides.append(f"proxy.workers={proxy_workers}")
     cfg = load_config(config, overrides)
+    if cfg.rollouts.backend is RolloutBackendName.LOCAL:
+        enter_for_containers(cfg.rollouts.sandbox)
     # SIGTERM unwinds like Ctrl-C: sandboxes, the pipeline, the proxy and vLLM are stopped.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     run = TrainingRun(cfg, say=console.print)
