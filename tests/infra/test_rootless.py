@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -33,33 +34,43 @@ def _python(user: User, code: str, *args: str) -> dict[str, object]:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+_IDS = (
+    "import json, sys; from infra import rootless; from infra.images import ImageStore\n"
+    "assert rootless.inside(), 'not in the user namespace'\n"
+    "s = ImageStore()\n"
+    "for a in sys.argv[1:]: s.run('pull', '-q', a)\n"
+    f"ids = {{r: s.image_id(r) if s.exists(r) else None for r in {BASES!r}}}\n"
+    "print(json.dumps({'root': str(s.root), 'ids': ids}))"
+)
+
+
 @pytest.fixture(scope="module")
-def user(tmp_path_factory: pytest.TempPathFactory) -> Iterator[User]:
-    """The user, with the base images in a store of its own (copied from root's store, as
-    `scripts/setup images` run as that user would make them with mmdebstrap's unshare mode)."""
+def user() -> Iterator[User]:
+    """The user, with the base images in a store of its own: copied from root's store where
+    they differ (`scripts/setup images` run as that user makes them with mmdebstrap's unshare
+    mode: 199 s for the three here, too long for every run). The user's store, like root's, is
+    a cache kept between runs."""
     assert os.geteuid() == 0, "the rootless tests make a user: run them as root, as CI does"
     user = ensure_user()
-    shutil.rmtree(user.home / ".cache" / "openforge", ignore_errors=True)
-    shared = user.home / "bases"
-    shared.mkdir(exist_ok=True)
     root_store = ImageStore()
-    archives = []
-    for ref in BASES:
-        archive = shared / (ref.split("/")[-1].replace(":", "_") + ".tar")
-        archive.unlink(missing_ok=True)
-        root_store.run("push", "-q", ref, f"oci-archive:{archive}:{ref}")
-        archives.append(f"oci-archive:{archive}")
-    chown_tree(shared, user)
-    code = (
-        "import json, sys; from infra import rootless; from infra.images import ImageStore\n"
-        "assert rootless.inside(), 'not in the user namespace'\n"
-        "s = ImageStore()\n"
-        "for a in sys.argv[1:]: s.run('pull', '-q', a)\n"
-        "print(json.dumps({'root': str(s.root), 'images': s.run('images').stdout}))"
-    )
-    pulled = _python(user, _enter(code), *archives)
-    assert str(pulled["root"]).startswith(str(user.home))
-    shutil.rmtree(shared)
+    have = _python(user, _enter(_IDS))
+    assert str(have["root"]).startswith(str(user.home))
+    stale = [r for r in BASES if have["ids"][r] != root_store.image_id(r)]  # type: ignore[index]
+    if stale:
+        shared = user.home / "bases"
+        shared.mkdir(exist_ok=True)
+        archives = []
+        for ref in stale:
+            archive = shared / (ref.split("/")[-1].replace(":", "_") + ".tar")
+            archive.unlink(missing_ok=True)
+            root_store.run("push", "-q", ref, f"oci-archive:{archive}:{ref}")
+            archives.append(f"oci-archive:{archive}")
+        chown_tree(shared, user)
+        try:
+            have = _python(user, _enter(_IDS), *archives)
+        finally:
+            shutil.rmtree(shared)
+    assert have["ids"] == {r: root_store.image_id(r) for r in BASES}
     yield user
 
 
@@ -161,14 +172,22 @@ def _subordinate(user: User) -> int:
     raise AssertionError(f"no /etc/subuid range for {user.name}")
 
 
+def _openforge_as(
+    user: User, out: Path, args: list[str], env: dict[str, str]
+) -> subprocess.CompletedProcess[str]:
+    """``.venv/bin/openforge ARGS`` as the user types it from the checkout; ``out`` removed."""
+    try:
+        return run_as(
+            user, [".venv/bin/openforge", *args], ROOT, {"COLUMNS": "200", **env}, [ROOT / ".venv"]
+        )
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
+
+
 def test_tasks_check_builds_and_runs_a_non_root_image_as_a_non_root_user(user: User) -> None:
     out = user.home / f"check-{uuid.uuid4().hex[:8]}"
-    done = run_as(
-        user,
-        [".venv/bin/openforge", "tasks", "check", "examples/images/run-as-user", "--out", str(out)],
-        ROOT,
-        {"COLUMNS": "200"},
-        [ROOT / ".venv"],
+    done = _openforge_as(
+        user, out, ["tasks", "check", "examples/images/run-as-user", "--out", str(out)], {}
     )
     said = done.stdout + done.stderr
     assert done.returncode == 0, said[-4000:]
@@ -176,26 +195,17 @@ def test_tasks_check_builds_and_runs_a_non_root_image_as_a_non_root_user(user: U
     # checks the answer was written by the image's uid 1000 "worker".
     assert "run-as-user" in said and "container" in said and "1.000" in said, said
     assert "user worker" in said and "python:3.12-slim -> python:3.11-slim (stand-in)" in said
-    assert f"{user.home}/.cache/openforge/images" in _python(
-        user,
-        _enter(
-            "import json; from infra.images import ImageStore\n"
-            "print(json.dumps(str(ImageStore().root)))"
-        ),
-    )
+    assert str(_python(user, _enter(_IDS))["root"]).startswith(f"{user.home}/.cache/openforge/")
     assert not rootless.inside()  # this process was never in it
 
 
-def test_opted_out_the_reason_is_said_and_bubblewrap_is_the_path(
-    user: User,
-) -> None:
+def test_opted_out_the_reason_is_said_and_bubblewrap_is_the_path(user: User) -> None:
     out = user.home / f"optout-{uuid.uuid4().hex[:8]}"
-    done = run_as(
+    done = _openforge_as(
         user,
-        [".venv/bin/openforge", "tasks", "check", "examples/images/run-as-user", "--out", str(out)],
-        ROOT,
-        {"COLUMNS": "200", rootless.OPT_OUT: "0"},
-        [ROOT / ".venv"],
+        out,
+        ["tasks", "check", "examples/images/run-as-user", "--out", str(out)],
+        {rootless.OPT_OUT: "0"},
     )
     said = done.stdout + done.stderr
     assert "OPENFORGE_ROOTLESS=0 is set" in said and "--sandbox bubblewrap" in said, said
