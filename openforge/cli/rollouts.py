@@ -15,6 +15,7 @@ if TYPE_CHECKING:
 
     from infra.harnesses import Harness
     from infra.tasks import Task
+    from orchestrator.plan import PlannedRollout
     from orchestrator.run import Orchestrator
     from orchestrator.rundir import RolloutOutcome
 
@@ -109,29 +110,27 @@ def run(
     """Run every task N times with HARNESS: lay out, run in a sandbox, verify, record rewards."""
     from rich.console import Console
 
-    from infra.harnesses import NpmHarness, harness
+    from infra.harnesses import NpmHarness
     from infra.images import ImagePolicy
     from infra.proxy_client import ProxyAdmin
     from infra.sandbox import ProxyEndpoint
     from infra.tasks import load_dataset
     from openforge.cli.userns import enter_for_containers
     from openforge.stack import SANDBOX_PROXY_PORT, local_stack
-    from orchestrator.backend import RolloutBackend, RolloutBackendName, RunProxy
+    from orchestrator.backend import RolloutBackendName, RunProxy
     from orchestrator.environments import SandboxMode
     from orchestrator.kube_pod import PodSettings
     from orchestrator.kubernetes import KubeOptions
     from orchestrator.local import LocalConfig
     from orchestrator.plan import plan
-    from orchestrator.progress import live_progress, summary_table
     from orchestrator.registry import RolloutBackendConfig, build_backend
     from orchestrator.run import Orchestrator, OrchestratorConfig
     from orchestrator.rundir import RunDir
     from schemas.registry import choose
 
     console = Console()
-    chosen = harness(harness_name)
+    chosen = _harnesses(harness_name)
     dataset = load_dataset(tasks, split=split)
-    planned = plan(dataset, n, run_id=out.name)
     backend_name = choose(RolloutBackendName, backend, "rollout backend")  # before any start
     sandbox_mode = choose(SandboxMode, sandbox, "sandbox")
     if backend_name is RolloutBackendName.LOCAL:
@@ -157,50 +156,29 @@ def run(
         return RolloutBackendConfig(name=backend_name, local=local, kubernetes=kube)
 
     def orchestrate(run_proxy: RunProxy, admin: ProxyAdmin, model_name: str) -> None:
+        """Each harness in turn on one backend, one proxy and one model server; with several,
+        each in its own run directory under ``out``. Exit 1 when any run failed."""
         rollout_backend = build_backend(backend_config(run_proxy.url), run_proxy)
+        settings = OrchestratorConfig(
+            concurrency=concurrency, max_attempts=max_attempts, model=model_name
+        )
+        failed = []
         try:
-            _orchestrate(rollout_backend, admin, model_name)
+            for each in chosen:
+                run_dir = out if len(chosen) == 1 else out / each.name
+                orch = Orchestrator(rollout_backend, each, admin, RunDir(run_dir), settings)
+                label = f"{each.name}: " if len(chosen) > 1 else ""
+                what = f"{len(dataset)} tasks x {n} with {each.name} on the {backend} backend"
+                console.print(
+                    f"{label}{len(dataset) * n} rollouts: {what}; run directory {run_dir}"
+                )
+                if not _play(console, orch, plan(dataset, n, run_id=run_dir.name), label):
+                    failed.append(each.name)
         finally:
             rollout_backend.close()
-
-    def _orchestrate(rollout_backend: RolloutBackend, admin: ProxyAdmin, model_name: str) -> None:
-        orch = Orchestrator(
-            rollout_backend,
-            chosen,
-            admin,
-            RunDir(out),
-            OrchestratorConfig(
-                concurrency=concurrency, max_attempts=max_attempts, model=model_name
-            ),
-        )
-        console.print(
-            f"{len(planned)} rollouts: {len(dataset)} tasks x {n} with {chosen.name} on the "
-            f"{backend} backend; run directory {out}"
-        )
-        refused = _check_each(console, orch, dataset)  # images are built here, task by task
-        runnable = [p for p in planned if p.task.id not in refused]
-        if not runnable:
-            console.print(f"[red]no task can run[/]: {len(refused)} refused (above)")
-            raise typer.Exit(1)
-        start = time.monotonic()
-        try:
-            with live_progress(console, orch.counts):
-                outcomes = orch.run(runnable)
-        except KeyboardInterrupt:
-            console.print("[yellow]cancelled[/]: running sandboxes stopped")
-            raise typer.Exit(130) from None
-        console.print(summary_table(outcomes))
-        counts, mean = orch.counts, orch.counts.mean_reward
-        console.print(
-            f"{counts.done} verified, {counts.gave_up} gave up after infrastructure failures, "
-            f"{counts.calls} calls recorded, mean reward {'-' if mean is None else f'{mean:.3f}'}, "
-            f"{time.monotonic() - start:.1f} s; summary: {out / 'summary.csv'}"
-        )
-        _no_calls_note(console, chosen, outcomes)
-        if refused:
-            console.print(f"[red]{len(refused)} tasks refused[/]: {', '.join(sorted(refused))}")
-        _fail_unless_verified(console, out, outcomes)
-        if refused:
+        if failed:
+            if len(chosen) > 1:
+                console.print(f"[bold red]failed[/]: {', '.join(failed)} (above)")
             raise typer.Exit(1)
 
     if proxy is not None:
@@ -208,16 +186,61 @@ def run(
         socket = None if proxy_socket is None else ProxyEndpoint(proxy_socket, SANDBOX_PROXY_PORT)
         orchestrate(RunProxy(proxy, socket), ProxyAdmin(proxy, admin_token), "tiny")
         return
-    needs_model = chosen.capabilities.calls_model
-    context = LONG_CONTEXT if isinstance(chosen, NpmHarness) else SHORT_CONTEXT
+    needs_model = any(h.capabilities.calls_model for h in chosen)
+    long = any(isinstance(h, NpmHarness) for h in chosen)
     with local_stack(
         out / "services",
         needs_model=needs_model,
-        context=context,
+        context=LONG_CONTEXT if long else SHORT_CONTEXT,
         model_dir=model,
         say=console.print,
     ) as stack:
         orchestrate(RunProxy(stack.admin.url, stack.endpoint), stack.admin, stack.model)
+
+
+def _harnesses(names: str) -> list[Harness]:
+    """``--harness``: one name, or several joined by commas (each once)."""
+    from infra.harnesses import harness
+    from schemas.errors import ConfigError
+
+    wanted = [name.strip() for name in names.split(",") if name.strip()]
+    if not wanted or len(set(wanted)) != len(wanted):
+        raise ConfigError(
+            f"--harness {names!r}: give one harness, or several once each joined by commas, "
+            "e.g. --harness codex,claude-code"
+        )
+    return [harness(name) for name in wanted]
+
+
+def _play(console: Console, orch: Orchestrator, planned: list[PlannedRollout], label: str) -> bool:
+    """Check each task, run the rollouts of those that can run, and print what happened;
+    False when a task was refused, a rollout gave up, or none was verified."""
+    from orchestrator.progress import live_progress, summary_table
+
+    tasks = list({p.task.id: p.task for p in planned}.values())
+    refused = _check_each(console, orch, tasks)  # images are built here, task by task
+    runnable = [p for p in planned if p.task.id not in refused]
+    if not runnable:
+        console.print(f"[red]{label}no task can run[/]: {len(refused)} refused (above)")
+        return False
+    start = time.monotonic()
+    try:
+        with live_progress(console, orch.counts):
+            outcomes = orch.run(runnable)
+    except KeyboardInterrupt:
+        console.print("[yellow]cancelled[/]: running sandboxes stopped")
+        raise typer.Exit(130) from None
+    console.print(summary_table(outcomes))
+    counts, mean = orch.counts, orch.counts.mean_reward
+    console.print(
+        f"{label}{counts.done} verified, {counts.gave_up} gave up after infrastructure failures, "
+        f"{counts.calls} calls recorded, mean reward {'-' if mean is None else f'{mean:.3f}'}, "
+        f"{time.monotonic() - start:.1f} s; summary: {orch.run_dir.root / 'summary.csv'}"
+    )
+    _no_calls_note(console, orch.harness, outcomes)
+    if refused:
+        console.print(f"[red]{len(refused)} tasks refused[/]: {', '.join(sorted(refused))}")
+    return _verified(console, orch.run_dir.root, outcomes) and not refused
 
 
 def _check_each(console: Console, orch: Orchestrator, tasks: Sequence[Task]) -> dict[str, str]:
@@ -248,14 +271,14 @@ def _no_calls_note(console: Console, chosen: Harness, outcomes: Sequence[Rollout
         )
 
 
-def _fail_unless_verified(console: Console, out: Path, outcomes: Sequence[RolloutOutcome]) -> None:
-    """Exit 1 when a rollout gave up after infrastructure failures, or none was verified:
-    print the first failure's message and where its files are."""
+def _verified(console: Console, out: Path, outcomes: Sequence[RolloutOutcome]) -> bool:
+    """False when a rollout gave up after infrastructure failures, or none was verified:
+    then the first failure's message and where its files are are printed."""
     from orchestrator.rundir import Status
 
     failed = [o for o in outcomes if o.status is Status.INFRA_FAILED]
     if not failed and any(o.status is Status.VERIFIED for o in outcomes):
-        return
+        return True
     if failed:
         first = failed[0]
         console.print(
@@ -264,4 +287,4 @@ def _fail_unless_verified(console: Console, out: Path, outcomes: Sequence[Rollou
         )
     else:
         console.print("[bold red]no rollout was verified[/]")
-    raise typer.Exit(1)
+    return False

@@ -19,18 +19,11 @@ def _cli(*args: str) -> list[str]:
     return [sys.executable, "-m", "openforge", "rollouts", "run", *args]
 
 
-def test_the_oracle_on_the_examples_from_the_command_line(tmp_path: Path) -> None:
+def test_two_harnesses_in_turn_on_one_proxy_from_the_command_line(tmp_path: Path) -> None:
     out = tmp_path / "run"
     done = subprocess.run(
         _cli(
-            "--tasks",
-            str(ROOT / "examples" / "tasks"),
-            "--harness",
-            "oracle",
-            "--n",
-            "2",
-            "--out",
-            str(out),
+            "--tasks", "examples/tasks", "--harness", "oracle,noop", "--n", "2", "--out", str(out)
         ),
         capture_output=True,
         text=True,
@@ -38,10 +31,29 @@ def test_the_oracle_on_the_examples_from_the_command_line(tmp_path: Path) -> Non
         cwd=ROOT,
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert "6 verified" in done.stdout and "mean reward 1.000" in done.stdout
-    rows = list(csv.DictReader((out / "summary.csv").open()))
-    assert len(rows) == 6 and {r["reward"] for r in rows} == {"1.0"}
-    assert (out / "services" / "log").is_dir()  # the embedded event log
+    said = " ".join(done.stdout.split())
+    assert "oracle: 6 verified, 0 gave up" in said and "mean reward 1.000" in said
+    assert "noop: 6 verified, 0 gave up" in said and "mean reward 0.000" in said
+    for harness, reward in (("oracle", "1.0"), ("noop", "0.0")):
+        rows = list(csv.DictReader((out / harness / "summary.csv").open()))
+        assert len(rows) == 6 and {r["reward"] for r in rows} == {reward}
+        assert all(r["rollout_id"].startswith(f"{harness}-") for r in rows)  # ids of its own
+    assert (out / "services" / "log").is_dir()  # one embedded event log and proxy for both
+    assert sorted(p.name for p in out.iterdir()) == ["noop", "oracle", "services"]
+
+
+def test_a_harness_named_twice_is_refused_before_anything_starts(tmp_path: Path) -> None:
+    done = subprocess.run(
+        _cli("--tasks", "examples/tasks", "--harness", "oracle,oracle", "--out", str(tmp_path)),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+    )
+    assert done.returncode == 1 and "several once each joined by commas" in " ".join(
+        done.stderr.split()
+    )
+    assert not (tmp_path / "services").exists()
 
 
 def test_sigterm_cancels_cleanly(tmp_path: Path) -> None:

@@ -46,15 +46,23 @@ PROXY_READY = r"openforge proxy.* listening on http://127\.0\.0\.1:8100"
 REGISTERED = r'"api_key":\s*"ofk_'
 
 
-def _harness_run(name: str) -> Spec:
-    """A real harness's run on the tiny model: every rollout verified and its calls recorded
-    (tests/infra/harnesses/recording.py)."""
+def _harness_runs(names: tuple[str, ...]) -> Spec:
+    """Real harnesses' runs on the tiny model, one after another on one vLLM and one proxy:
+    every rollout of each verified and its calls recorded (tests/infra/harnesses/recording.py)."""
+
+    def check(work: Path, _: str) -> None:
+        for name in names:
+            check_rollouts_run(
+                work / "runs" / "harnesses" / name, installed(name), LOCAL_MAX_TOKENS
+            )
+
     return Spec(
-        expect=(r"\b3 verified, 0 gave up after infrastructure failures, [1-9]\d* calls recorded",),
-        timeout=900,
-        check=lambda work, _: check_rollouts_run(
-            work / "runs" / name, installed(name), LOCAL_MAX_TOKENS
+        expect=tuple(
+            rf"{name}: 3 verified, 0 gave up after infrastructure failures, [1-9]\d* calls recorded"
+            for name in names
         ),
+        timeout=1500,
+        check=check,
     )
 
 
@@ -109,12 +117,8 @@ SPECS: dict[str, Spec] = {
             r"mean reward 1\.000",
         )
     ),
-    ".venv/bin/openforge rollouts run --tasks examples/tasks --harness codex "
-    "--out runs/codex": _harness_run("codex"),
-    ".venv/bin/openforge rollouts run --tasks examples/tasks --harness claude-code "
-    "--out runs/claude-code": _harness_run("claude-code"),
-    ".venv/bin/openforge rollouts run --tasks examples/tasks --harness openclaw "
-    "--out runs/openclaw": _harness_run("openclaw"),
+    ".venv/bin/openforge rollouts run --tasks examples/tasks --harness codex,claude-code,openclaw "
+    "--out runs/harnesses": _harness_runs(("codex", "claude-code", "openclaw")),
     ".venv/bin/openforge tasks check examples/tasks": Spec(
         expect=(r"3 tasks: 3 runnable here, 0 refused; oracle below 1 on 0",)
     ),
