@@ -39,7 +39,7 @@ from pathlib import Path
 
 from infra import rootless
 from infra.local.process import kill_tagged
-from infra.sandbox import cgroups, runc_spec
+from infra.sandbox import cgroups, mounts, runc_spec
 from infra.sandbox.base import (
     SANDBOXES,
     SandboxBackend,
@@ -155,11 +155,13 @@ class RuncSandbox(SandboxBackend):
             (run_dir / "config.json").write_text(json.dumps(config))
             code, timed_out, duration = self._run_container(spec, cid, run_dir)
             start_error = _start_error(run_dir / "runc.log") if code else None
+            # Nothing still writes while we copy: the first process has exited, and its pid
+            # namespace, every other process of the container with it (or, at the deadline,
+            # all were killed).
             counters = self._counters(cgroup)
-            self._kill(cid)  # nothing may still write while we copy
             collect(spec, rootfs)
         finally:
-            self._tear_down(cid, run_dir, rootfs, sandbox_id)
+            self._tear_down(cid, run_dir, rootfs, sandbox_id, spec.proxy is not None)
         if start_error is not None:
             message = f"the container did not start: {start_error}"
             return SandboxResult(
@@ -185,16 +187,7 @@ class RuncSandbox(SandboxBackend):
         upper, work = run_dir / "upper", run_dir / "work"
         for d in (upper, work, rootfs):
             d.mkdir(parents=True)
-        options = f"lowerdir={spec.root.path},upperdir={upper},workdir={work}"
-        done = subprocess.run(
-            ["mount", "-t", "overlay", "overlay", "-o", options, str(rootfs)],
-            capture_output=True,
-            text=True,
-        )
-        if done.returncode != 0:
-            raise SandboxError(
-                f"cannot mount the run's layer over the image: {done.stderr.strip()}"
-            )
+        mounts.mount_overlay(spec.root.path, upper, work, rootfs)
 
     @staticmethod
     def _cgroup_path(cid: str) -> str:
@@ -255,16 +248,19 @@ class RuncSandbox(SandboxBackend):
             peak,
         )
 
-    def _tear_down(self, cid: str, run_dir: Path, rootfs: Path, sandbox_id: str) -> None:
+    def _tear_down(
+        self, cid: str, run_dir: Path, rootfs: Path, sandbox_id: str, forwarder: bool
+    ) -> None:
         self._runc("delete", "--force", cid)
-        pidfile = run_dir / "forwarder.pid"
-        with contextlib.suppress(OSError, ValueError, ProcessLookupError):
-            os.kill(int(pidfile.read_text()), signal.SIGKILL)
-        kill_tagged(sandbox_id)  # the forwarder, had it not written its pid
+        if forwarder:
+            try:
+                os.kill(int((run_dir / "forwarder.pid").read_text()), signal.SIGKILL)
+            except ProcessLookupError:
+                pass  # it had already gone with the container
+            except (OSError, ValueError):
+                kill_tagged(sandbox_id)  # it had not written its pid: find it by its tag
         if os.path.ismount(rootfs):
-            done = subprocess.run(["umount", str(rootfs)], capture_output=True, text=True)
-            if done.returncode != 0:
-                subprocess.run(["umount", "-l", str(rootfs)], capture_output=True)
+            mounts.unmount(rootfs)
         shutil.rmtree(run_dir, ignore_errors=True)
         if run_dir.exists():
             raise SandboxError(f"cannot remove the run's state {run_dir}: remove it by hand")

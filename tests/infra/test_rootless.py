@@ -178,7 +178,7 @@ def _openforge_as(
     """``.venv/bin/openforge ARGS`` as the user types it from the checkout; ``out`` removed."""
     try:
         return run_as(
-            user, [".venv/bin/openforge", *args], ROOT, {"COLUMNS": "200", **env}, [ROOT / ".venv"]
+            user, [".venv/bin/openforge", *args], ROOT, {"COLUMNS": "400", **env}, [ROOT / ".venv"]
         )
     finally:
         shutil.rmtree(out, ignore_errors=True)
@@ -189,7 +189,7 @@ def test_tasks_check_builds_and_runs_a_non_root_image_as_a_non_root_user(user: U
     done = _openforge_as(
         user, out, ["tasks", "check", "examples/images/run-as-user", "--out", str(out)], {}
     )
-    said = done.stdout + done.stderr
+    said = " ".join((done.stdout + done.stderr).replace("│", " ").split())  # the table unwrapped
     assert done.returncode == 0, said[-4000:]
     # Built in the user's own store, run in a container (not bubblewrap), oracle 1: the verifier
     # checks the answer was written by the image's uid 1000 "worker".
