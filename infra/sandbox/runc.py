@@ -146,22 +146,26 @@ class RuncSandbox(SandboxBackend):
             return SandboxResult(SandboxOutcome.FAILED_TO_START, None, 0.0, problem, sandbox_id)
         run_dir = self.state / "runs" / cid
         rootfs = run_dir / "rootfs"
+        cgroup = None if self.rootless else self._cgroup_path(cid)
+        stopped = False  # it ran and its first process exited: nothing of it runs any more
         try:
             self._mount_layer(spec, run_dir, rootfs)
-            cgroup = None if self.rootless else self._cgroup_path(cid)
             config = runc_spec.runtime_spec(
                 spec, sandbox_id, rootfs, cgroup, run_dir / "forwarder.pid", self._memsw
             )
             (run_dir / "config.json").write_text(json.dumps(config))
             code, timed_out, duration = self._run_container(spec, cid, run_dir)
             start_error = _start_error(run_dir / "runc.log") if code else None
+            stopped = not timed_out and start_error is None
             # Nothing still writes while we copy: the first process has exited, and its pid
             # namespace, every other process of the container with it (or, at the deadline,
             # all were killed).
             counters = self._counters(cgroup)
             collect(spec, rootfs)
         finally:
-            self._tear_down(cid, run_dir, rootfs, sandbox_id, spec.proxy is not None)
+            if not (stopped and self._remove_stopped(cid, cgroup)):
+                self._runc("delete", "--force", cid)
+            self._tear_down(run_dir, rootfs, sandbox_id, spec.proxy is not None)
         if start_error is not None:
             message = f"the container did not start: {start_error}"
             return SandboxResult(
@@ -248,10 +252,23 @@ class RuncSandbox(SandboxBackend):
             peak,
         )
 
-    def _tear_down(
-        self, cid: str, run_dir: Path, rootfs: Path, sandbox_id: str, forwarder: bool
-    ) -> None:
-        self._runc("delete", "--force", cid)
+    def _remove_stopped(self, cid: str, cgroup: str | None) -> bool:
+        """What ``runc delete`` does for a container with no process left, without another
+        runc process (about 25 ms a run at concurrency 8): remove its now empty cgroup in
+        every hierarchy and runc's state directory. False when a group was not empty (then
+        ``runc delete --force`` takes over)."""
+        if cgroup is not None:
+            for hierarchy in cgroups.ROOT.iterdir():
+                try:
+                    (hierarchy / cgroup.lstrip("/")).rmdir()
+                except FileNotFoundError:
+                    continue
+                except OSError:
+                    return False
+        shutil.rmtree(self.state / "runc" / cid, ignore_errors=True)
+        return True
+
+    def _tear_down(self, run_dir: Path, rootfs: Path, sandbox_id: str, forwarder: bool) -> None:
         if forwarder:
             try:
                 os.kill(int((run_dir / "forwarder.pid").read_text()), signal.SIGKILL)
