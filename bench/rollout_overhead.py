@@ -15,27 +15,39 @@ the same concurrency. Proof of path: ``solve.sh`` writes the pid and network nam
 in and the number of programs in ``/usr/bin``; every sandboxed rollout must report namespaces
 other than this process's, every plain one the same as this process's, and every container
 rollout the image's ``/usr/bin`` (far fewer programs than this machine's).
+
+Per-phase breakdown (wall ms per rollout, mean): each named function below is timed where the
+rollout calls it (wrapped for this process only; behaviour unchanged), and ``rest`` is the
+rollout's wall time minus all of them (the orchestrator's own work and waiting for a thread or
+a core): the proxy's admin calls (register, two lifecycle events, finish, reward), the
+workspace's lay-out, the final workspace's save, and each sandbox run (``runc run`` itself, the
+layer's mount, the clean-up; bubblewrap's run whole).
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import shutil
 import subprocess
 import tempfile
+import threading
 import time
+from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from infra.harnesses import Oracle
 from infra.paths import default_tiny_dir
-from infra.sandbox import BubblewrapSandbox, ProxyEndpoint
+from infra.proxy_client import ProxyAdmin
+from infra.sandbox import BubblewrapSandbox, ProxyEndpoint, RuncSandbox
 from infra.tasks import load_task
 from infra.tiny_model import build_tiny_model
 from openforge.testing.proxy import proxy_config, running_proxy
-from orchestrator.environments import SandboxMode
+from orchestrator import final_workspace
+from orchestrator.environments import Environments, SandboxMode
 from orchestrator.local import LocalBackend
 from orchestrator.plan import plan
 from orchestrator.run import Orchestrator, OrchestratorConfig
@@ -76,6 +88,53 @@ def _plain(task: Path, root: Path) -> tuple[float, str]:
     return time.perf_counter() - start, (work / "ns.txt").read_text()
 
 
+PHASES: dict[str, tuple[object, str]] = {
+    "proxy admin calls": (ProxyAdmin, "register_rollout"),
+    "proxy admin calls ": (ProxyAdmin, "record_phase"),
+    "proxy admin calls  ": (ProxyAdmin, "finish_rollout"),
+    "proxy admin calls   ": (ProxyAdmin, "post_reward"),
+    "lay-out": (Environments, "prepare"),
+    "final workspace saved": (final_workspace, "save_or_note"),
+    "bubblewrap runs": (BubblewrapSandbox, "run"),
+    "container runs": (RuncSandbox, "run"),
+    "runc run": (RuncSandbox, "_run_container"),
+    "layer mounted": (RuncSandbox, "_mount_layer"),
+    "container removed": (RuncSandbox, "_remove_stopped"),
+    "clean-up": (RuncSandbox, "_tear_down"),
+}
+RUNC_PARTS = ("runc run", "layer mounted", "container removed", "clean-up")
+
+
+class PhaseClock:
+    """Wall time spent in each of :data:`PHASES` (summed over threads), by wrapping them."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = defaultdict(float)
+        self._lock = threading.Lock()
+        for label, (owner, name) in PHASES.items():
+            self._wrap(owner, name, label.strip())
+
+    def _wrap(self, owner: object, name: str, label: str) -> None:
+        raw = vars(owner)[name]
+        func = raw.__func__ if isinstance(raw, staticmethod) else raw
+
+        @functools.wraps(func)
+        def timed(*args: object, **kwargs: object) -> object:
+            start = time.perf_counter()
+            try:
+                return func(*args, **kwargs)
+            finally:
+                with self._lock:
+                    self.seconds[label] += time.perf_counter() - start
+
+        setattr(owner, name, staticmethod(timed) if isinstance(raw, staticmethod) else timed)
+
+    def take(self) -> dict[str, float]:
+        with self._lock:
+            out, self.seconds = dict(self.seconds), defaultdict(float)
+        return out
+
+
 @dataclass
 class Row:
     name: str
@@ -83,6 +142,7 @@ class Row:
     agent: list[float]
     verifier: list[float]
     wall: float
+    phases: dict[str, float] = field(default_factory=dict)
 
 
 def _checked(
@@ -141,6 +201,7 @@ def main() -> None:
     )
     plain_s = [s for s, _ in plain]
     rows = [Row("plain subprocesses (solve.sh + test.sh)", plain_s, [], [], plain_wall)]
+    clock = PhaseClock()
     with running_proxy(config, unix_socket=tmp / "proxy" / "proxy.sock") as proxy:
         assert proxy.unix_socket is not None
         endpoint = ProxyEndpoint(proxy.unix_socket, 8100)
@@ -154,9 +215,11 @@ def main() -> None:
                 OrchestratorConfig(concurrency=args.concurrency, max_attempts=1),
             )
             orch.check([task])  # the image is built (or found) before the clock starts
+            clock.take()
             t0 = time.perf_counter()
             records = orch.run(plan([task], args.rollouts, run_id=f"bench-{mode}"))
             wall = time.perf_counter() - t0
+            phases = clock.take()
             ok = _checked(records, args.rollouts, tmp / f"run-{mode}", host_ns, host_bins, mode)
             name = "runc containers of the image" if mode is SandboxMode.AUTO else "bubblewrap"
             rows.append(
@@ -166,6 +229,7 @@ def main() -> None:
                     [r.agent_s or 0.0 for r in ok],
                     [r.verifier_s or 0.0 for r in ok],
                     wall,
+                    phases,
                 )
             )
     print(
@@ -190,7 +254,27 @@ def main() -> None:
         f"over plain at p50: bubblewrap {added[bubble.name]:.1f} ms, containers "
         f"{added[container.name]:.1f} ms; every rollout checked for its path"
     )
+    _breakdown(args.rollouts, rows[1:])
     shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _breakdown(n: int, rows: list[Row]) -> None:
+    """Wall ms per rollout in each phase, mean; ``rest``: the rollout's wall time outside them."""
+    labels = list(dict.fromkeys(label.strip() for label in PHASES))
+    print("\nPer-phase breakdown, wall ms per rollout (mean):\n")
+    print("| phase | " + " | ".join(r.name.split(" + ")[1] for r in rows) + " |")
+    print("|---|" + "---|" * len(rows))
+    for label in [*labels, "rest"]:
+        cells = []
+        for row in rows:
+            if label == "rest":
+                inside = sum(v for k, v in row.phases.items() if k not in RUNC_PARTS)
+                value = sum(row.walls) - inside
+            else:
+                value = row.phases.get(label, 0.0)
+            cells.append(f"{value / n * 1000:.1f}" if value else "")
+        prefix = "  of which " if label in RUNC_PARTS else ""
+        print(f"| {prefix}{label} | " + " | ".join(cells) + " |")
 
 
 if __name__ == "__main__":

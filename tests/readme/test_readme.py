@@ -51,10 +51,10 @@ def _harness_runs(names: tuple[str, ...]) -> Spec:
     every rollout of each verified and its calls recorded (tests/infra/harnesses/recording.py)."""
 
     def check(work: Path, _: str) -> None:
-        for name in names:
-            check_rollouts_run(
-                work / "runs" / "harnesses" / name, installed(name), LOCAL_MAX_TOKENS
-            )
+        runs = work / "runs" / "harnesses"
+        for name in names:  # one proxy and one event log served the three
+            log = runs / "services" / "log"
+            check_rollouts_run(runs / name, installed(name), LOCAL_MAX_TOKENS, log)
 
     return Spec(
         expect=tuple(

@@ -36,13 +36,16 @@ def check_calls(records: list[Record], rollout_id: str, harness: Harness, max_to
     return len(events)
 
 
-def check_rollouts_run(run: Path, harness: Harness, max_tokens: int) -> None:
-    """A `rollouts run` directory (its embedded log under services/): every rollout verified,
-    its lifecycle queued -> started -> its own end -> verified, all named for the harness, its
-    calls as :func:`check_calls` says and as many as its outcome counts."""
+def check_rollouts_run(
+    run: Path, harness: Harness, max_tokens: int, log: Path | None = None
+) -> None:
+    """A `rollouts run` directory (its embedded log under services/, or ``log``: where several
+    harnesses shared one): every rollout verified, its lifecycle queued -> started -> its own
+    end -> verified, all named for the harness, its calls as :func:`check_calls` says and as
+    many as its outcome counts."""
     outcomes = RunDir(run).outcomes()
     assert outcomes and all(o.status is Status.VERIFIED for o in outcomes), outcomes
-    records = read_events(f"local:{run / 'services' / 'log'}", want=1)
+    records = read_events(f"local:{log or run / 'services' / 'log'}", want=1)
     for outcome in outcomes:
         rid = outcome.rollout_id
         lifecycle = [r for r in records if isinstance(r, RolloutEvent) and r.rollout_id == rid]
