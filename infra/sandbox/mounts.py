@@ -14,6 +14,7 @@ from pathlib import Path
 from schemas.errors import SandboxError
 
 MNT_DETACH = 2
+EINVAL = 22  # an option this kernel does not know
 
 
 @cache
@@ -22,13 +23,20 @@ def _libc() -> ctypes.CDLL:
 
 
 def mount_overlay(lower: Path, upper: Path, work: Path, target: Path) -> None:
-    """An overlay of ``upper`` (writable) over ``lower`` (read-only) at ``target``."""
-    options = f"lowerdir={lower},upperdir={upper},workdir={work}".encode()
-    if _libc().mount(b"overlay", os.fsencode(target), b"overlay", 0, options) != 0:
+    """An overlay of ``upper`` (writable) over ``lower`` (read-only) at ``target``; ``volatile``
+    (no sync of the upper layer, which is thrown away after the run; Linux >= 5.10) where the
+    kernel takes it."""
+    options = f"lowerdir={lower},upperdir={upper},workdir={work}"
+    for extra in (",volatile", ""):
+        data = (options + extra).encode()
+        if _libc().mount(b"overlay", os.fsencode(target), b"overlay", 0, data) == 0:
+            return
         errno = ctypes.get_errno()
-        raise SandboxError(
-            f"cannot mount the run's layer over the image at {target}: {os.strerror(errno)}"
-        )
+        if errno != EINVAL:
+            break
+    raise SandboxError(
+        f"cannot mount the run's layer over the image at {target}: {os.strerror(errno)}"
+    )
 
 
 def unmount(target: Path) -> None:
