@@ -152,9 +152,11 @@ class ProxyAdmin:
         harness: str | None = None,
         backend: str | None = None,
         metadata: dict[str, str] | None = None,
+        costs: dict[str, float] | None = None,
     ) -> None:
-        """Record an orchestrator phase (queued, verified, infra_failed) of a rollout; the
-        proxy need not know the rollout yet."""
+        """Record an orchestrator phase (queued, verified, infra_failed) of a rollout, with what
+        its attempt cost (``costs``: :data:`schemas.rollout.COSTS`); the proxy need not know the
+        rollout yet."""
         body: dict[str, Any] = {"phase": phase.value}
         for name, value in (
             ("message", message),
@@ -163,6 +165,7 @@ class ProxyAdmin:
             ("harness", harness),
             ("backend", backend),
             ("metadata", metadata),
+            ("costs", costs),
         ):
             if value is not None:
                 body[name] = value

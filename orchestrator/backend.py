@@ -100,6 +100,7 @@ class Verified:
     verifier_duration_s: float
     files: dict[str, Path] = field(default_factory=dict)  # logs and outputs kept, by name
     verifier_output: str | None = None  # the end of what the verifier printed; None: not kept
+    costs: dict[str, float] = field(default_factory=dict)  # what the backend measured (COSTS)
 
 
 def require_solution(task: Task, harness: Harness) -> None:

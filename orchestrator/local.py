@@ -63,6 +63,7 @@ from orchestrator.backend import (
     require_solution,
 )
 from orchestrator.backend import RolloutJob as Job
+from orchestrator.costs import CostMeter
 from orchestrator.environments import Environments, SandboxMode
 from orchestrator.steps import Phase, combine, phases
 from orchestrator.verifier import LOGS, VERIFIER_PATH, agent_artifacts, limits, run_verifier
@@ -173,9 +174,11 @@ class LocalBackend(RolloutBackend):
         task = job.task
         if self._cancelled.is_set():
             raise InfrastructureError("cancelled")
+        meter = CostMeter()
         try:
-            prepared = self.environments.prepare(task, job.root)
-            planned = phases(task, job.root)
+            with meter.time("prepare_s"):
+                prepared = self.environments.prepare(task, job.root)
+                planned = phases(task, job.root)
         # SetupError: building the task's pip environment failed (its index may be back later).
         except (OSError, SetupError) as exc:
             raise InfrastructureError(f"cannot lay out the workspace: {exc}") from exc
@@ -185,14 +188,16 @@ class LocalBackend(RolloutBackend):
         saved, duration = None, 0.0
         for i, phase in enumerate(planned):
             last = i == len(planned) - 1
-            ends.append(self._run_agent(job, prepared, phase))
+            ends.append(self._run_agent(job, prepared, phase, meter))
             if last:
                 on_agent_end(_all_ends(ends))
             if self._cancelled.is_set():
                 raise InfrastructureError("cancelled")
             if last:  # the workspace as the agent left it, before the verifier writes into it
-                saved = self._save_workspace(job, prepared)
+                with meter.time("save_s"):
+                    saved = self._save_workspace(job, prepared)
             verifier, reward = self._verify(job, prepared, phase)
+            meter.sandbox("verifier", verifier)
             rewards.append((phase.name, reward))
             duration += verifier.duration_s
             if (
@@ -210,7 +215,8 @@ class LocalBackend(RolloutBackend):
         if saved is not None and saved.archive is not None:
             files[final_workspace.ARCHIVE] = saved.archive
         output = _tail(job.root / f"{planned[len(rewards) - 1].verifier.name}.out", OUTPUT_TAIL)
-        return Verified(_all_ends(ends), reward, verifier.exit_code, duration, files, output)
+        end = _all_ends(ends)
+        return Verified(end, reward, verifier.exit_code, duration, files, output, meter.costs)
 
     def _save_workspace(self, job: Job, prepared: Prepared) -> final_workspace.SavedWorkspace:
         saved = final_workspace.save_or_note(
@@ -248,7 +254,7 @@ class LocalBackend(RolloutBackend):
             )
         return verifier, reward
 
-    def _run_agent(self, job: Job, prepared: Prepared, phase: Phase) -> AgentEnd:
+    def _run_agent(self, job: Job, prepared: Prepared, phase: Phase, meter: CostMeter) -> AgentEnd:
         task, harness = job.task, job.harness
         dirs, workdir = prepared.dirs, prepared.workdir
         proxy = self.endpoint_for(job)
@@ -297,6 +303,7 @@ class LocalBackend(RolloutBackend):
                 ),
             )
         )
+        meter.sandbox("agent", result)
         return _agent_end(result, harness, out, phase.agent_timeout_s)
 
     def endpoint_for(self, job: Job) -> ProxyEndpoint:

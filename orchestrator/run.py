@@ -46,6 +46,7 @@ from infra.harnesses import Harness
 from infra.proxy_client import ProxyAdmin
 from infra.tasks import Task
 from orchestrator.backend import AgentEnd, RolloutBackend, RolloutJob, Verified
+from orchestrator.costs import CostMeter
 from orchestrator.plan import PlannedRollout
 from orchestrator.rundir import RolloutOutcome, RunDir
 from schemas.enums import RolloutPhase
@@ -108,6 +109,7 @@ class Orchestrator:
         self._preflight_passed = False
         self._checked: set[str] = set()  # task ids the backend accepted
         self._stopped: list[RolloutOutcome] = []  # this run's rollouts a set-up error ended
+        self._queued_at = time.monotonic()  # when the rollouts of the current run() were queued
 
     def _update(self, **deltas: int) -> None:
         with self._lock:
@@ -141,6 +143,7 @@ class Orchestrator:
         self.check([p.task for p in planned])
         self._stopped.clear()
         self._update(planned=len(planned), queued=len(planned))
+        self._queued_at = time.monotonic()
         for p in planned:
             self._phase(p, p.rollout_id(1), RolloutPhase.QUEUED)
         outcomes: list[RolloutOutcome] = []
@@ -172,7 +175,12 @@ class Orchestrator:
         return outcomes
 
     def _phase(
-        self, p: PlannedRollout, rollout_id: str, phase: RolloutPhase, message: str | None = None
+        self,
+        p: PlannedRollout,
+        rollout_id: str,
+        phase: RolloutPhase,
+        message: str | None = None,
+        costs: dict[str, float] | None = None,
     ) -> None:
         self.admin.record_phase(
             rollout_id,
@@ -182,21 +190,24 @@ class Orchestrator:
             group_id=p.group_id,
             harness=self.harness.name,
             backend=self.backend.name,
+            costs=costs,
         )
 
     def _rollout(self, p: PlannedRollout) -> RolloutOutcome:
         self._update(queued=-1, running=1)
+        queued = self._queued_at
         try:
             for attempt in range(1, self.config.max_attempts + 1):
                 rollout_id = p.rollout_id(attempt)
                 if attempt > 1:
                     time.sleep(self.config.backoff_s * 2 ** (attempt - 2))
                     self._phase(p, rollout_id, RolloutPhase.QUEUED)
+                    queued = time.monotonic()
                 if self._cancelled.is_set():
                     self._update(cancelled=1)
                     return RolloutOutcome.cancelled(p, rollout_id)
                 try:
-                    outcome = self._attempt(p, rollout_id, attempt)
+                    outcome = self._attempt(p, rollout_id, attempt, queued)
                 except InfrastructureError as exc:
                     if self._cancelled.is_set():
                         self._update(cancelled=1)
@@ -231,8 +242,12 @@ class Orchestrator:
         with contextlib.suppress(ServiceError):
             self._phase(p, rollout_id, RolloutPhase.INFRA_FAILED, message=why[:2000])
 
-    def _attempt(self, p: PlannedRollout, rollout_id: str, attempt: int) -> RolloutOutcome:
+    def _attempt(
+        self, p: PlannedRollout, rollout_id: str, attempt: int, queued: float
+    ) -> RolloutOutcome:
         start = time.monotonic()
+        meter = CostMeter()
+        meter.add("queued_s", start - queued)
         try:
             reg = self.admin.register_rollout(
                 rollout_id,
@@ -244,6 +259,7 @@ class Orchestrator:
             )
         except ServiceError as exc:
             raise InfrastructureError(f"cannot register with the proxy: {exc}") from exc
+        meter.add("prepare_s", time.monotonic() - start)  # the backend adds its lay-out
         job = RolloutJob(
             rollout_id,
             p.task,
@@ -281,7 +297,9 @@ class Orchestrator:
                     self.admin.finish_rollout(
                         rollout_id, RolloutPhase.FAILED, backend=self.backend.name
                     )
-        return self._score(p, rollout_id, attempt, verified, start, calls[0] if calls else None)
+        return self._score(
+            p, rollout_id, attempt, verified, start, calls[0] if calls else None, meter
+        )
 
     def _score(
         self,
@@ -291,11 +309,17 @@ class Orchestrator:
         verified: Verified,
         start: float,
         calls: int | None,
+        meter: CostMeter,
     ) -> RolloutOutcome:
         reward = verified.reward
         assert reward.reward is not None  # the backend raises otherwise
         source = reward.source.name if reward.source else "verifier"
-        self._phase(p, rollout_id, RolloutPhase.VERIFIED, message=source)
+        for name, value in verified.costs.items():
+            meter.add(name, value)
+        meter.add("agent_s", verified.agent.duration_s)
+        meter.add("verifier_s", verified.verifier_duration_s)
+        meter.add("wall_s", time.monotonic() - start)
+        self._phase(p, rollout_id, RolloutPhase.VERIFIED, message=source, costs=meter.costs)
         self.admin.post_reward(
             rollout_id,
             reward.reward,

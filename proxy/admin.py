@@ -42,6 +42,7 @@ from proxy.rollouts import Rollout
 from proxy.state import ProxyState
 from schemas.enums import RolloutPhase
 from schemas.reward import RewardEvent
+from schemas.rollout import COSTS
 
 
 def require_admin(state: ProxyState, request: Request) -> None:
@@ -216,6 +217,7 @@ async def record_phase(state: ProxyState, request: Request) -> Response:
     metadata = body.get("metadata") or {}
     if not isinstance(metadata, dict):
         raise ProxyError(400, "'metadata' must be an object", param="metadata")
+    costs = _costs(body.get("costs"))
     live, done = state.rollouts.get(rollout_id), state.rollouts.finished(rollout_id)
     fields = {
         n: _opt_str(body, n) for n in ("task_id", "group_id", "harness", "backend", "message")
@@ -234,9 +236,31 @@ async def record_phase(state: ProxyState, request: Request) -> Response:
         backend=fields["backend"],
         message=fields["message"],
         metadata={str(k): str(v) for k, v in metadata.items()},
+        costs=costs,
     )
     await state.recorder.durable(receipt)
     return JSONResponse({"rollout_id": rollout_id, "phase": phase.value}, status_code=201)
+
+
+def _costs(value: object) -> dict[str, float]:
+    """``costs``: an object of documented cost names (schemas.rollout.COSTS) to finite numbers
+    of at least 0; absent or null is none."""
+    if value is None:
+        return {}
+    names = ", ".join(COSTS)
+    if not isinstance(value, dict):
+        raise ProxyError(400, f"'costs' must be an object of {names} to numbers", param="costs")
+    out: dict[str, float] = {}
+    for name, number in value.items():
+        if name not in COSTS:
+            raise ProxyError(400, f"'costs' has {name!r}; known: {names}", param="costs")
+        ok = isinstance(number, int | float) and not isinstance(number, bool)
+        if not ok or not math.isfinite(number) or number < 0:
+            raise ProxyError(
+                400, f"'costs.{name}' must be a finite number >= 0, not {number!r}", param="costs"
+            )
+        out[name] = float(number)
+    return out
 
 
 async def policy(state: ProxyState, request: Request) -> Response:

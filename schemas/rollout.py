@@ -28,7 +28,10 @@ class RolloutEvent:
     # Terminal phases from the proxy: how many calls it numbered for the rollout (each is
     # recorded as one completion event), so assembly knows when it has all of them.
     calls: int | None = None
-    schema_version: int = 3  # v2: phases queued, verified, infra_failed; v3: calls
+    # verified (and infra_failed): what the attempt cost, by the names of COSTS (seconds,
+    # CPU-seconds, MiB); a name is absent where the backend cannot measure it.
+    costs: dict[str, float] = field(default_factory=dict)
+    schema_version: int = 4  # v2: phases queued, verified, infra_failed; v3: calls; v4: costs
 
     SCHEMA_NAME = "rollout"
 
@@ -50,5 +53,25 @@ ROLLOUT_SCHEMA = pa.schema(
         pa.field("message", pa.string()),
         pa.field("metadata", pa.map_(pa.string(), pa.string()), nullable=False),
         pa.field("calls", pa.int32()),
+        pa.field("costs", pa.map_(pa.string(), pa.float64()), nullable=False),
     ]
 )
+
+# What a rollout's attempt cost (``RolloutEvent.costs``), each name with its meaning. The
+# orchestrator measures the phases, the sandbox backend the CPU and memory (from its cgroup);
+# the `rollout_costs` view of ``openforge query`` shows one column each.
+COSTS: dict[str, str] = {
+    "queued_s": "seconds waiting for a free slot: from the run's start (or, for a retry, its "
+    "backoff's end) to the attempt's start",
+    "prepare_s": "seconds from the attempt's start to asking for the agent's sandbox: "
+    "registration with the proxy, the workspace laid out (the image's WORKDIR copied)",
+    "agent_s": "seconds of the agent's sandbox, from asking for it to its end (its start "
+    "included)",
+    "agent_cpu_s": "CPU-seconds of everything in the agent's sandbox (from its cgroup)",
+    "agent_peak_mib": "peak memory of the agent's sandbox, MiB (from its cgroup)",
+    "save_s": "seconds saving the final workspace (for re-scoring)",
+    "verifier_s": "seconds of the verifier's sandbox (every step's, for a multi-step task)",
+    "verifier_cpu_s": "CPU-seconds of everything in the verifier's sandbox (from its cgroup)",
+    "verifier_peak_mib": "peak memory of the verifier's sandbox, MiB (from its cgroup)",
+    "wall_s": "seconds of the attempt, from its start to its reward recorded",
+}

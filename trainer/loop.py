@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from infra import failpoints
+from infra.engine_meter import EngineMeter
 from schemas.episode import Episode
 from trainer import checkpoint
 from trainer.algorithms import AlgorithmConfig
@@ -60,6 +61,8 @@ class TrainerConfig:
     group: consumer group in the event log (the trainer's position survives restarts).
     on_step: called with (step, metrics) after each update (progress displays, schedulers).
     stop: when set, the loop ends after the current update (a checkpoint is written).
+    engine: the serving engine's meter: each update records the fraction of the time since the
+        previous one that the engine was busy (``engine/busy_fraction``).
     """
 
     episodes: str
@@ -80,6 +83,7 @@ class TrainerConfig:
     on_step: Callable[[int, dict[str, Any]], None] | None = None
     stop: threading.Event | None = None
     archive: Path | None = None
+    engine: EngineMeter | None = None
 
     def __post_init__(self) -> None:
         BACKENDS.get(self.backend)  # a typo fails here, listing the valid backends
@@ -141,7 +145,7 @@ class _Lead:
 
     def run(self) -> None:
         """Update on each batch until ``steps``, a stop, or idle; then a final checkpoint."""
-        last_batch = time.monotonic()
+        last_batch = ready = time.monotonic()
         while self.cfg.steps is None or self.state.step < self.cfg.steps:
             episodes, stop = self._next_batch(last_batch)
             if stop:
@@ -149,7 +153,8 @@ class _Lead:
             if episodes is None:
                 continue
             last_batch = time.monotonic()
-            self._step(episodes)
+            self._step(episodes, waited=last_batch - ready)
+            ready = time.monotonic()
         self._checkpoint()
         self.stream.commit()
 
@@ -164,8 +169,9 @@ class _Lead:
         )
         return batch
 
-    def _step(self, episodes: list[Episode]) -> None:
-        """One update, then what the schedule says is due, its records and its callback."""
+    def _step(self, episodes: list[Episode], waited: float) -> None:
+        """One update, then what the schedule says is due, its records and its callback;
+        ``waited``: the seconds since the previous update's end spent waiting for its batch."""
         state = self.state
         positions = [self.stream.position(e.episode_id) for e in episodes]
         self.stream.trained(episodes)
@@ -173,12 +179,15 @@ class _Lead:
         t0 = time.perf_counter()
         metrics = self.backend.train_step(to_batch(episodes), self.cfg.algo)
         metrics["time/step_s"] = time.perf_counter() - t0
+        metrics["time/wait_s"] = waited
         state.step += 1
         metrics.update(_batch_metrics(episodes, state.policy_version, self.stream.stats))
         due = self.schedule.after(state.step, state.policy_version)
         if due.sync:
             metrics["sync/seconds"] = self._sync(due.version)
         metrics["policy/version"] = state.policy_version
+        if self.cfg.engine is not None and (busy := self.cfg.engine.take()) is not None:
+            metrics["engine/busy_fraction"] = busy
         self._record(episodes, positions, metrics)
         if due.checkpoint:
             self._checkpoint()

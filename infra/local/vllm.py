@@ -92,7 +92,8 @@ class VLLMServer(LocalService):
             "processed_logprobs",
             "--max-logprobs",
             "20",
-            "--disable-log-stats",
+            # Engine stats stay on: its /metrics (requests running, queue, token counts) is what
+            # the trainer's engine meter and an operator read (infra/engine_meter.py).
             "--uvicorn-log-level",
             "warning",
         ]

@@ -179,7 +179,8 @@ class SandboxResult:
     """How one run ended. ``exit_code`` is the command's (128 + N when a signal N killed it), or
     None when it timed out or never started. ``sandbox_id`` names the run in logs and in
     ``infra.local.process.processes_of``. ``oom_kills`` and ``fork_failures`` count the times
-    a limit struck during the run, whatever the outcome (None when the backend cannot tell).
+    a limit struck during the run, whatever the outcome (None when the backend cannot tell);
+    ``peak_memory_mib`` and ``cpu_s`` what the run used (None likewise).
     ``namespaces`` holds the inode numbers of the namespaces the command ran in (compare with
     ``/proc/self/ns/*`` on the host), where the backend reports them.
     """
@@ -193,6 +194,7 @@ class SandboxResult:
     fork_failures: int | None = None
     peak_memory_mib: float | None = None
     namespaces: Mapping[str, int] = field(default_factory=dict)  # e.g. {"pid": 4026532182}
+    cpu_s: float | None = None  # CPU time of everything in the sandbox (None: no cgroup)
 
     @property
     def ok(self) -> bool:

@@ -67,7 +67,7 @@ from infra.sandbox.base import (
 )
 from infra.sandbox.collect import collect
 from infra.sandbox.lifetime import Init, exits_within, read_status
-from infra.sandbox.outcome import classify
+from infra.sandbox.outcome import Counters, classify
 from schemas.errors import ConfigError, SandboxError, SetupError
 
 FORWARDER = Path(__file__).with_name("forwarder.py")
@@ -321,16 +321,14 @@ class BubblewrapSandbox(SandboxBackend):
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
 
-    def _clean_up(
-        self, cg: cgroups.SandboxCgroup | None, sandbox_id: str
-    ) -> tuple[int | None, int | None, float | None]:
-        """Kill whatever is left of the sandbox; return (oom kills, fork failures, peak MiB)."""
+    def _clean_up(self, cg: cgroups.SandboxCgroup | None, sandbox_id: str) -> Counters:
+        """Kill whatever is left of the sandbox; return what its cgroups counted."""
         if cg is None:
             kill_tagged(sandbox_id)
-            return None, None, None
+            return Counters()
         try:
             cg.kill_all()
-            return cg.oom_kills(), cg.fork_failures(), cg.peak_memory_mib()
+            return Counters(cg.oom_kills(), cg.fork_failures(), cg.peak_memory_mib(), cg.cpu_s())
         except OSError as exc:
             raise SandboxError(f"cannot read or empty the sandbox's cgroups: {exc}") from exc
         finally:

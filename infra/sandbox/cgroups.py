@@ -1,4 +1,5 @@
-"""Per-sandbox cgroup v1 groups (``memory`` and ``pids``): limits, counters, and kill-everything.
+"""Per-sandbox cgroup v1 groups (``memory`` and ``pids``, and ``cpuacct`` where it is mounted for
+the CPU time used): limits, counters, and kill-everything.
 
 Each sandbox gets one child group per controller, created *under the caller's own group* (read
 from ``/proc/self/cgroup``), so the sandbox stays inside whatever limits the caller already has.
@@ -50,6 +51,10 @@ class SandboxCgroup:
     def __init__(self, name: str, memory_bytes: int, max_tasks: int) -> None:
         self.dirs = [_own_group(c) / f"openforge-sandbox-{name}" for c in CONTROLLERS]
         self._memory, self._pids = self.dirs
+        self._cpu: Path | None = None  # CPU accounting, where the hierarchy is mounted
+        with contextlib.suppress(FileNotFoundError):
+            self._cpu = _own_group("cpuacct") / f"openforge-sandbox-{name}"
+            self.dirs.append(self._cpu)
         try:
             for d in self.dirs:
                 d.mkdir()
@@ -74,6 +79,10 @@ class SandboxCgroup:
     def fork_failures(self) -> int:
         """Forks refused at ``pids.max`` (``pids.events``'s ``max``)."""
         return _read_counter(self._pids / "pids.events", "max")
+
+    def cpu_s(self) -> float | None:
+        """CPU time of every process that was in the group (None: no ``cpuacct`` here)."""
+        return None if self._cpu is None else cpu_seconds(self._cpu)
 
     def peak_memory_mib(self) -> float:
         return int((self._memory / "memory.max_usage_in_bytes").read_text()) / 2**20
@@ -110,6 +119,14 @@ class SandboxCgroup:
                     break
                 except OSError:  # EBUSY while the last task is being reaped
                     time.sleep(0.005)
+
+
+def cpu_seconds(group: Path) -> float | None:
+    """The CPU time a ``cpuacct`` group counted (its ``cpuacct.usage``, in ns); None if absent."""
+    try:
+        return int((group / "cpuacct.usage").read_text()) / 1e9
+    except (OSError, ValueError):
+        return None
 
 
 @cache

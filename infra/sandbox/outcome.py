@@ -3,7 +3,20 @@ the limits' counters): one classification for bubblewrap and runc alike."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from infra.sandbox.base import SandboxOutcome, SandboxResult, SandboxSpec
+
+
+@dataclass(frozen=True)
+class Counters:
+    """What a sandbox's cgroup counted over its run (None: no cgroup, or the backend cannot
+    tell): OOM kills, forks refused at the process limit, peak memory, CPU time."""
+
+    oom_kills: int | None = None
+    fork_failures: int | None = None
+    peak_memory_mib: float | None = None
+    cpu_s: float | None = None
 
 
 def classify(
@@ -12,14 +25,14 @@ def classify(
     code: int | None,
     timed_out: bool,
     duration: float,
-    counters: tuple[int | None, int | None, float | None],
+    counters: Counters,
     what: str = "sandbox",
     start_error: str | None = None,
 ) -> SandboxResult:
     """The result: timed out, failed to start (``start_error``, the backend's own complaint),
     out of memory or of processes (a limit struck and the command did not exit 0), or exited;
     the message names the limits that struck."""
-    ooms, forks, peak = counters
+    ooms, forks = counters.oom_kills, counters.fork_failures
     notes = []
     if ooms:
         notes.append(f"the OOM killer killed {ooms} process(es) at {spec.limits.memory_mib} MiB")
@@ -28,7 +41,17 @@ def classify(
     note = f" ({'; '.join(notes)})" if notes else ""
 
     def result(outcome: SandboxOutcome, message: str) -> SandboxResult:
-        return SandboxResult(outcome, code, duration, message + note, sandbox_id, ooms, forks, peak)
+        return SandboxResult(
+            outcome,
+            code,
+            duration,
+            message + note,
+            sandbox_id,
+            ooms,
+            forks,
+            counters.peak_memory_mib,
+            cpu_s=counters.cpu_s,
+        )
 
     if timed_out:
         return result(

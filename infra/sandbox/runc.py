@@ -49,7 +49,7 @@ from infra.sandbox.base import (
     SandboxSpec,
 )
 from infra.sandbox.collect import collect
-from infra.sandbox.outcome import classify
+from infra.sandbox.outcome import Counters, classify
 from schemas.errors import ConfigError, SandboxError, SetupError
 
 NOT_ROOT = (
@@ -238,18 +238,19 @@ class RuncSandbox(SandboxBackend):
         return code, timed_out, time.monotonic() - start
 
     @staticmethod
-    def _counters(cgroup: str | None) -> tuple[int | None, int | None, float | None]:
-        if cgroup is None:  # rootless: no cgroup tells what struck
-            return None, None, None
+    def _counters(cgroup: str | None) -> Counters:
+        if cgroup is None:  # rootless: no cgroup tells what struck or what it used
+            return Counters()
         memory = cgroups.ROOT / "memory" / cgroup.lstrip("/")
         pids = cgroups.ROOT / "pids" / cgroup.lstrip("/")
         peak: float | None = None
         with contextlib.suppress(OSError, ValueError):
             peak = int((memory / "memory.max_usage_in_bytes").read_text()) / 2**20
-        return (
+        return Counters(
             _counter(memory / "memory.oom_control", "oom_kill"),
             _counter(pids / "pids.events", "max"),
             peak,
+            cgroups.cpu_seconds(cgroups.ROOT / "cpuacct" / cgroup.lstrip("/")),
         )
 
     def _remove_stopped(self, cid: str, cgroup: str | None) -> bool:

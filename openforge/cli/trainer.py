@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import Annotated
 
@@ -73,43 +74,48 @@ def run(
     ] = None,
 ) -> None:
     """Consume episodes, update the policy, hand weights to vLLM, checkpoint; resumable."""
+    from infra.engine_meter import EngineMeter
     from schemas.registry import choose
     from trainer.algorithms import AlgorithmConfig
-    from trainer.loop import TrainerConfig, train
+    from trainer.loop import TrainerConfig
+    from trainer.loop import train as _train
     from trainer.stream import StalePolicy, StreamConfig
     from trainer.weight_sync import SyncMode, WeightSync
 
     # Full-weight training is served by reloading every weight; a LoRA adapter is hot-loaded.
     mode = SyncMode.LORA if lora_rank else SyncMode.FULL
     sync = WeightSync(vllm, lora_name, proxy, admin_token, mode=mode) if vllm else None
-    summary = train(
-        TrainerConfig(
-            episodes=episodes,
-            model_dir=model,
-            out_dir=out,
-            lora_rank=lora_rank or None,
-            backend=backend,
-            lr=lr,
-            algo=AlgorithmConfig(
-                advantage=advantage,
-                policy_loss=policy_loss,
-                rollout_is=None if rollout_is == "none" else rollout_is,
-                rollout_is_threshold=is_threshold,
-                rollout_rs=rollout_rs,
-            ),
-            stream=StreamConfig(
-                group_size,
-                token_budget,
-                max_staleness,
-                choose(StalePolicy, stale, "stale policy"),
-                group_timeout_s=group_timeout or None,
-            ),
-            steps=steps,
-            idle_timeout=idle_timeout,
-            sync=sync,
-            archive=archive,
+    with contextlib.ExitStack() as stack:
+        engine = stack.enter_context(EngineMeter(vllm)) if vllm else None
+        summary = _train(
+            TrainerConfig(
+                episodes=episodes,
+                model_dir=model,
+                out_dir=out,
+                lora_rank=lora_rank or None,
+                backend=backend,
+                lr=lr,
+                algo=AlgorithmConfig(
+                    advantage=advantage,
+                    policy_loss=policy_loss,
+                    rollout_is=None if rollout_is == "none" else rollout_is,
+                    rollout_is_threshold=is_threshold,
+                    rollout_rs=rollout_rs,
+                ),
+                stream=StreamConfig(
+                    group_size,
+                    token_budget,
+                    max_staleness,
+                    choose(StalePolicy, stale, "stale policy"),
+                    group_timeout_s=group_timeout or None,
+                ),
+                steps=steps,
+                idle_timeout=idle_timeout,
+                sync=sync,
+                archive=archive,
+                engine=engine,
+            )
         )
-    )
     served = "" if sync else " (no --vllm: the weights stay in the checkpoints, none served)"
     typer.echo(
         f"{summary['steps']} steps, policy version {summary['policy_version']}{served}, "

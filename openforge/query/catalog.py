@@ -13,26 +13,10 @@ UTC date of the record's time).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-
-@dataclass(frozen=True)
-class View:
-    """A view: its name, what one row is, its SELECT, and every column's meaning, in order."""
-
-    name: str
-    description: str
-    sql: str
-    columns: tuple[tuple[str, str], ...]
-
-
-def _unique(relation: str, key: str, order: str = "date") -> str:
-    """``relation`` with one row per ``key`` (the first in ``order``)."""
-    return (
-        f"(SELECT * FROM {relation} "
-        f"QUALIFY row_number() OVER (PARTITION BY {key} ORDER BY {order}) = 1)"
-    )
-
+from openforge.query.cost_views import ROLLOUT_COSTS, STEP_COSTS
+from openforge.query.view import STEP_RECORDS as _STEPS
+from openforge.query.view import View
+from openforge.query.view import unique as _unique
 
 _COMPLETIONS = _unique("raw.completion", "event_id")
 # An episode supersedes a dead letter of the same rollout (same episode id); then the latest.
@@ -296,15 +280,6 @@ FORKS = View(
     ),
 )
 
-# The step records that count: of the records of one step, the latest; and none that a record
-# of an earlier or the same step written after it superseded (a resumed trainer redoes the
-# updates after its checkpoint, so what came after them in the first launch never happened).
-_STEPS = """(
-    SELECT * FROM raw.step r
-    WHERE NOT EXISTS (SELECT 1 FROM raw.step q WHERE q.step <= r.step AND q.at_us > r.at_us)
-    QUALIFY row_number() OVER (PARTITION BY step ORDER BY at_us DESC) = 1
-)"""
-
 STEPS = View(
     "steps",
     "one row per (training step, episode) the trainer consumed: the step's lineage and metrics",
@@ -338,4 +313,15 @@ STEPS = View(
     ),
 )
 
-VIEWS: tuple[View, ...] = (COMPLETIONS, TOKENS, ROLLOUTS, REWARDS, EPISODES, SAMPLES, FORKS, STEPS)
+VIEWS: tuple[View, ...] = (
+    COMPLETIONS,
+    TOKENS,
+    ROLLOUTS,
+    REWARDS,
+    EPISODES,
+    SAMPLES,
+    FORKS,
+    STEPS,
+    ROLLOUT_COSTS,
+    STEP_COSTS,
+)

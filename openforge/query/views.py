@@ -16,9 +16,10 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 
-from openforge.query.catalog import VIEWS, View
+from openforge.query.catalog import VIEWS
 from openforge.query.lineage import steps_table
 from openforge.query.source import RunFiles
+from openforge.query.view import View
 from schemas.codec import REGISTRY
 from schemas.errors import ConfigError, QueryError
 

@@ -32,6 +32,7 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from infra.engine_meter import EngineMeter
 from infra.images import ImagePolicy
 from infra.local.vllm import VLLMServer
 from openforge.stack import (
@@ -156,7 +157,8 @@ class TrainingRun:
             pipeline = stack.enter_context(pipeline_process(job, self.root / "pipeline.log"))
             self._start_driver(stack, launch, services)
             self._start_watchdog([vllm, pipeline])
-            self._train(launch, sync)
+            engine = stack.enter_context(EngineMeter(vllm.base_url))
+            self._train(launch, sync, engine)
             seconds = self._finish(launch)
         return write_report(self.root, self.evals.rows, self._title(), seconds)
 
@@ -237,15 +239,17 @@ class TrainingRun:
     def _start_watchdog(self, services: list[Watched]) -> None:
         threading.Thread(target=self._watch, args=(services,), daemon=True, name="watchdog").start()
 
-    def _train(self, launch: Launch, sync: WeightSync) -> None:
+    def _train(self, launch: Launch, sync: WeightSync, engine: EngineMeter) -> None:
         """The trainer, in this thread, until its last update (or a stop)."""
         from trainer.loop import train
 
-        train(self.trainer_config(launch, sync))
+        train(self.trainer_config(launch, sync, engine))
 
-    def trainer_config(self, launch: Launch, sync: WeightSync) -> TrainerConfig:
+    def trainer_config(
+        self, launch: Launch, sync: WeightSync, engine: EngineMeter | None = None
+    ) -> TrainerConfig:
         """The trainer's config: the run's episodes, its training tasks, groups of the driver's
-        rounds, and the weights handed to vLLM after every update."""
+        rounds, the weights handed to vLLM after every update, and how busy vLLM was."""
         from trainer.algorithms import AlgorithmConfig
         from trainer.loop import TrainerConfig
         from trainer.stream import StreamConfig
@@ -276,6 +280,7 @@ class TrainingRun:
             on_step=self._on_step,
             stop=self.stop,
             archive=self.root / "archive",
+            engine=engine,
         )
 
     def _finish(self, launch: Launch) -> float:

@@ -17,10 +17,13 @@ from infra.harnesses import NoOp, Oracle
 from infra.sandbox import BubblewrapSandbox, ProxyEndpoint
 from infra.tasks import load_task
 from infra.tasks.pip_env import ensure_pip_env
+from openforge.testing.proxy import read_events
 from orchestrator.environments import SandboxMode
 from orchestrator.local import LocalBackend, LocalConfig
 from orchestrator.rundir import Status
+from schemas.enums import RolloutPhase
 from schemas.errors import ConfigError, TaskError
+from schemas.rollout import COSTS, RolloutEvent
 from tests.orchestrator.conftest import job
 
 DATA = Path(__file__).with_name("data")
@@ -37,9 +40,12 @@ def test_a_typical_harbor_task_in_a_container_of_its_image(
     with job(tmp_path / "oracle", Oracle(), tiny_model_dir) as j:
         notes = j.orchestrator.check([task])
         (solved,) = j.run([task])
+        j.proxy.flush()
+        events = read_events(j.proxy.config.log_url, want=4)
     with job(tmp_path / "noop", NoOp(), tiny_model_dir) as j2:
         (nothing,) = j2.run([task])
     assert any("FROM python:3.12-slim -> python:3.11-slim (stand-in)" in n for n in notes)
+    _check_costs(events, solved.rollout_id)
     assert (solved.status, solved.reward) == (Status.VERIFIED, 1.0), solved
     assert (nothing.status, nothing.reward) == (Status.VERIFIED, 0.0), nothing
     root = j.out / "rollouts" / solved.rollout_id
@@ -71,6 +77,23 @@ def test_a_typical_harbor_task_on_the_bubblewrap_fast_path(
     assert not again.built and (again.bin_dir / "pytest").exists()
     assert again.root.parent == tmp_path / "cache" / "task-envs"
     assert len(list((tmp_path / "cache" / "task-envs").glob("*/.complete"))) == 1
+
+
+def _check_costs(events: list[object], rollout_id: str) -> None:
+    """The verified event carries every cost a local run measures, each consistent."""
+    (verified,) = [
+        e
+        for e in events
+        if isinstance(e, RolloutEvent)
+        and e.rollout_id == rollout_id
+        and e.phase is RolloutPhase.VERIFIED
+    ]
+    costs = verified.costs
+    assert set(costs) == set(COSTS), costs  # a container run: its cgroup measures CPU and memory
+    assert costs["agent_s"] + costs["verifier_s"] + costs["prepare_s"] <= costs["wall_s"]
+    assert 0 < costs["agent_cpu_s"] <= costs["agent_s"] * 2  # 2 cores at most
+    assert costs["agent_peak_mib"] > 1 and costs["verifier_peak_mib"] > 1
+    assert costs["verifier_cpu_s"] > 0.05  # pytest in the verifier's container
 
 
 def _copy_with(tmp: Path, dockerfile_extra: str = "", toml_extra: str = "") -> Path:

@@ -97,7 +97,8 @@ def test_orchestrator_phases_are_recorded(proxy: RunningProxy) -> None:
     admin.record_phase(queued, RolloutPhase.QUEUED, task_id="t1", group_id="g1")
     proxy.register(queued, task_id="t1", group_id="g1")
     admin.finish_rollout(queued, exit_code=0)
-    admin.record_phase(queued, RolloutPhase.VERIFIED, message="reward.txt")
+    costs = {"agent_s": 1.5, "agent_cpu_s": 0.25, "wall_s": 2.0}
+    admin.record_phase(queued, RolloutPhase.VERIFIED, message="reward.txt", costs=costs)
     proxy.register(broken, task_id="t2")
     admin.record_phase(broken, RolloutPhase.INFRA_FAILED, message="sandbox did not start")
     assert proxy.state.rollouts.get(broken) is None  # evicted like a finished rollout
@@ -107,6 +108,18 @@ def test_orchestrator_phases_are_recorded(proxy: RunningProxy) -> None:
         headers=proxy.admin_headers,
     )
     assert bad.status_code == 400 and "queued, verified, infra_failed" in bad.text
+    for costs_body, said in (
+        ({"tokens": 3}, "'costs' has 'tokens'; known: queued_s, prepare_s"),
+        ({"agent_s": -1}, "'costs.agent_s' must be a finite number >= 0"),
+        ({"agent_s": "1"}, "'costs.agent_s' must be a finite number >= 0"),
+        ([1], "'costs' must be an object of queued_s"),
+    ):
+        refused = httpx.post(
+            f"{proxy.url}/admin/rollouts/{queued}/phase",
+            json={"phase": "verified", "costs": costs_body},
+            headers=proxy.admin_headers,
+        )
+        assert refused.status_code == 400 and said in refused.json()["error"]["message"], said
     proxy.flush()
     records = read_events(proxy.config.log_url, group=queued, want=6)
     phases = {
@@ -124,6 +137,8 @@ def test_orchestrator_phases_are_recorded(proxy: RunningProxy) -> None:
     }
     assert phases[(queued, RolloutPhase.QUEUED)].group_id == "g1"
     assert phases[(queued, RolloutPhase.VERIFIED)].task_id == "t1"
+    assert phases[(queued, RolloutPhase.VERIFIED)].costs == costs
+    assert phases[(queued, RolloutPhase.QUEUED)].costs == {}
     assert phases[(broken, RolloutPhase.INFRA_FAILED)].message == "sandbox did not start"
 
 

@@ -95,6 +95,8 @@ rollouts = st.builds(
     duration_s=st.none() | F64,
     message=OPT_TEXT,
     metadata=st.dictionaries(TEXT, TEXT, max_size=4),
+    calls=st.none() | INT32,
+    costs=st.dictionaries(TEXT, F64, max_size=4),
 )
 
 rewards = st.builds(

@@ -347,6 +347,16 @@ def test_memory_hog_is_out_of_memory(run: Run) -> None:
 
 
 @needs_cgroups
+def test_the_cpu_time_and_memory_a_run_used_are_counted(run: Run) -> None:
+    busy = run("python3", "-c", "b = bytearray(64 * 2**20); sum(range(4 * 10**6))")
+    idle = run("sleep", "0.3")
+    assert busy.ok and idle.ok, (busy, run.err)
+    assert busy.cpu_s is not None and busy.cpu_s > 0.05  # the sum's loop, in the sandbox
+    assert idle.cpu_s is not None and idle.cpu_s < busy.cpu_s / 2  # sleeping costs nothing
+    assert busy.peak_memory_mib is not None and busy.peak_memory_mib >= 64
+
+
+@needs_cgroups
 def test_spawning_past_the_process_limit_is_too_many_processes(run: Run) -> None:
     spawn = (
         "import subprocess\nkids = []\n"

@@ -108,6 +108,16 @@ def test_the_image_its_user_and_a_fresh_layer_per_run(run: Run) -> None:
     _nothing_left(run)
 
 
+def test_the_cpu_time_and_memory_a_run_used_are_counted(run: Run) -> None:
+    busy = run("python3", "-c", "b = bytearray(64 * 2**20); sum(range(4 * 10**6))")
+    idle = run("sleep", "0.3")
+    assert busy.ok and idle.ok, (busy, run.err)
+    assert busy.cpu_s is not None and busy.cpu_s > 0.05  # the sum's loop, in the container
+    assert idle.cpu_s is not None and idle.cpu_s < busy.cpu_s / 2  # sleeping costs nothing
+    assert busy.peak_memory_mib is not None and busy.peak_memory_mib >= 64
+    _nothing_left(run)
+
+
 def test_exit_codes_signals_and_a_missing_command(run: Run) -> None:
     assert run("sh", "-c", "exit 42").exit_code == 42
     # Not the container's first process (pid 1 ignores a signal it has no handler for).
