@@ -65,8 +65,7 @@ COSTS: dict[str, str] = {
     "backoff's end) to the attempt's start",
     "prepare_s": "seconds from the attempt's start to asking for the agent's sandbox: "
     "registration with the proxy, the workspace laid out (the image's WORKDIR copied)",
-    "agent_s": "seconds of the agent's sandbox, from asking for it to its end (its start "
-    "included)",
+    "agent_s": "seconds of the agent's sandbox, from asking for it to its end (its start included)",
     "agent_cpu_s": "CPU-seconds of everything in the agent's sandbox (from its cgroup)",
     "agent_peak_mib": "peak memory of the agent's sandbox, MiB (from its cgroup)",
     "save_s": "seconds saving the final workspace (for re-scoring)",
