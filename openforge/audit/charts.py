@@ -96,9 +96,16 @@ def bars(name: str, title: str, labels: Sequence[str], values: Sequence[float | 
     return _svg(name, title, 12 + len(pairs) * ROW, body, len(pairs))
 
 
-def stacked(name: str, title: str, rows: Mapping[str, Mapping[str, float]]) -> Chart:
-    """Horizontal bars split into classes: one bar per row label, one colour per class."""
-    classes = sorted({c for counts in rows.values() for c in counts})
+def stacked(
+    name: str,
+    title: str,
+    rows: Mapping[str, Mapping[str, float]],
+    order: Sequence[str] | None = None,
+) -> Chart:
+    """Horizontal bars split into classes: one bar per row label, one colour per class (in
+    ``order``, else alphabetical)."""
+    present = {c for counts in rows.values() for c in counts}
+    classes = [c for c in order if c in present] if order else sorted(present)
     if not rows or not classes:
         return no_data(name, title)
     top = max(sum(counts.values()) for counts in rows.values()) or 1.0
@@ -285,3 +292,50 @@ def lineage(
             y += 22
     body += _legend(harnesses, height + 10)
     return _svg(name, title, height + 18, body, marks)
+
+
+TIMELINE_KINDS = ("rollout", "evaluation", "update", "sync")
+
+
+def timeline(
+    name: str, title: str, lanes: Sequence[tuple[str, Sequence[tuple[float, float, str, str]]]]
+) -> Chart:
+    """A Gantt chart: one row per lane (its label on the left), each interval ``(start, end,
+    kind, label)`` a bar coloured by its kind (:data:`TIMELINE_KINDS`), on a shared seconds
+    axis."""
+    spans = [span for _, row in lanes for span in row]
+    if not spans:
+        return no_data(name, title)
+    hi = max(end for _, end, _, _ in spans) or 1.0
+    ticks = [t for t in _axis(0.0, hi) if t <= hi * 1.001]
+    scale = (WIDTH - LABEL_W - 20) / (ticks[-1] if ticks and ticks[-1] >= hi else hi)
+    row_h = 14
+    body, marks = [], 0
+    for i, (lane, row) in enumerate(lanes):
+        y = 6 + i * row_h
+        body.append(
+            f'<text x="{LABEL_W - 6}" y="{y + 10}" text-anchor="end" font-size="9">'
+            f"{_t(lane)[:28]}</text>"
+        )
+        for start, end, kind, label in row:
+            colour = PALETTE[TIMELINE_KINDS.index(kind) % len(PALETTE)]
+            x, w = LABEL_W + start * scale, max((end - start) * scale, 1.0)
+            body.append(
+                f'<rect class="mark" x="{x:.1f}" y="{y + 1}" width="{w:.1f}" height="{row_h - 3}" '
+                f'fill="{colour}"><title>{_t(kind)} {_t(label)}: {_num(start)}-{_num(end)} s'
+                "</title></rect>"
+            )
+            marks += 1
+    axis_y = 10 + len(lanes) * row_h
+    for t in ticks:
+        x = LABEL_W + t * scale
+        body.append(f'<line x1="{x:.1f}" y1="4" x2="{x:.1f}" y2="{axis_y - 4}" stroke="#eee"/>')
+        body.append(
+            f'<text x="{x:.1f}" y="{axis_y + 8}" text-anchor="middle" font-size="10">'
+            f"{_num(t)}</text>"
+        )
+    body.append(
+        f'<text x="{WIDTH - 4}" y="{axis_y + 20}" text-anchor="end" font-size="10">seconds</text>'
+    )
+    body += _legend(list(TIMELINE_KINDS), axis_y + 34)
+    return _svg(name, title, axis_y + 42, body, marks)

@@ -269,6 +269,8 @@ def run(con: duckdb.DuckDBPyConnection, query: Query, step: int | None = None) -
     return Result(query, columns, [tuple(r) for r in cursor.fetchall()])
 
 
-def run_all(con: duckdb.DuckDBPyConnection, step: int | None = None) -> dict[str, Result]:
-    """Every saved query, by name."""
-    return {q.name: run(con, q, step) for q in QUERIES}
+def run_all(
+    con: duckdb.DuckDBPyConnection, step: int | None = None, queries: tuple[Query, ...] = ()
+) -> dict[str, Result]:
+    """Every saved query, and ``queries``, by name."""
+    return {q.name: run(con, q, step) for q in (*QUERIES, *queries)}

@@ -12,7 +12,9 @@ from pathlib import Path
 import duckdb
 
 from openforge.audit import charts
+from openforge.audit.cost_queries import COST_QUERIES, PHASES
 from openforge.audit.queries import Result, last_step, run_all
+from openforge.audit.utilisation import bounded_by, lanes, utilisation
 from openforge.query.source import RunFiles, is_archive_root
 from openforge.query.views import connect
 from schemas.errors import ConfigError
@@ -65,6 +67,36 @@ def _failures(unrewarded: Result, dead: Result) -> charts.Chart:
         "Rollouts without a reward and dead letters",
         labels,
         [counts[k] for k in labels],
+    )
+
+
+def _cost_sections(r: dict[str, Result]) -> tuple[Section, ...]:
+    """What the rollouts cost, phase by phase, and the run's utilisation and critical path."""
+    costs, steps, timeline = r["cost_per_rollout"], r["step_costs"], r["timeline"]
+    phases = {
+        str(h): {p.removesuffix("_s"): float(v or 0) for p, v in zip(PHASES, row, strict=True)}
+        for h, *row in zip(*(costs.column(c) for c in ("harness", *PHASES)), strict=True)
+    }
+    busy = utilisation(timeline, steps)
+    return (
+        Section(
+            "Cost per rollout",
+            costs.query.doc,
+            charts.stacked(
+                "cost_per_rollout",
+                "Mean seconds per rollout, by phase and harness",
+                phases,
+                [p.removesuffix("_s") for p in PHASES],
+            ),
+            (costs,),
+        ),
+        Section(
+            "Utilisation and the critical path",
+            f"{busy.query.doc}. This run: {bounded_by(busy)}. The timeline shows each rollout "
+            "in its sandbox slot, each update and weight sync on the trainer's row.",
+            charts.timeline("timeline", timeline.query.title, lanes(timeline)),
+            (busy, steps, timeline),
+        ),
     )
 
 
@@ -152,13 +184,15 @@ def sections(results: dict[str, Result], step: int | None) -> tuple[Section, ...
                 r["step_lineage"].query.doc,
                 charts.lineage("step_lineage", "Lineage of a training step", step, lineage_rows),
                 (r["step_lineage"],)),
+        *_cost_sections(r),
     )  # fmt: skip
 
 
 CHART_NAMES: Sequence[str] = (
     "reward_per_step", "reward_by_task", "reward_by_harness", "reward_by_policy_version",
     "continuity_by_harness", "fork_classes_by_harness", "staleness", "is_weights",
-    "latency_by_dialect", "tool_calls", "failures", "step_lineage",
+    "latency_by_dialect", "tool_calls", "failures", "step_lineage", "cost_per_rollout",
+    "timeline",
 )  # fmt: skip
 """Every chart of the page, in order (each appears once, drawn or "no data")."""
 
@@ -189,4 +223,5 @@ def build(run: Path, step: int | None = None) -> Report:
             + "; pass one of them, or leave --step out for the last"
         )
     chosen = step if step is not None else last
-    return Report(run, chosen, _counts(con), sections(run_all(con, chosen), chosen))
+    results = run_all(con, chosen, COST_QUERIES)
+    return Report(run, chosen, _counts(con), sections(results, chosen))

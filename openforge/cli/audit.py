@@ -10,10 +10,16 @@ import typer
 
 
 def audit(
-    run: Annotated[
-        Path,
-        typer.Argument(help="A run directory (archive/, episodes/, trainer/).", resolve_path=True),
+    runs: Annotated[
+        list[Path],
+        typer.Argument(
+            help="A run directory (archive/, episodes/, trainer/); with --compare, two or more.",
+            resolve_path=True,
+        ),
     ],
+    compare: Annotated[
+        bool, typer.Option("--compare", help="Compare the runs side by side.")
+    ] = False,
     html: Annotated[
         Path | None,
         typer.Option(
@@ -26,14 +32,25 @@ def audit(
     max_rows: Annotated[int, typer.Option(help="Rows each terminal table shows.")] = 8,
 ) -> None:
     """Audit a run: reward per step, task, harness and policy version; continuity and fork
-    classes; staleness and IS weights; latency; tool calls; failures; a step's lineage."""
+    classes; staleness and IS weights; latency; tool calls; failures; a step's lineage; cost
+    per rollout, utilisation and what bounded the run. With --compare, runs side by side."""
     from rich.console import Console
 
     from openforge.audit import html as page
+    from openforge.audit.compare import compare as compared
     from openforge.audit.report import build
     from openforge.audit.terminal import show
+    from schemas.errors import ConfigError
 
-    report = build(run, step)
+    if compare:
+        report = compared(runs)
+    elif len(runs) != 1:
+        raise ConfigError(
+            f"{len(runs)} runs given: audit one run, or compare runs with "
+            "`openforge audit --compare RUN_A RUN_B`"
+        )
+    else:
+        report = build(runs[0], step)
     show(report, Console(), max_rows)
     if html is not None:
         typer.echo(f"wrote {page.write(report, html)}")

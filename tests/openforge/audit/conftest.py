@@ -21,7 +21,7 @@ from pipeline.assembly import assemble
 from schemas.archive import ArchiveWriter
 from schemas.codec import Record
 from schemas.completion import CompletionEvent, PolicySpan, Timings
-from schemas.enums import Dialect
+from schemas.enums import Dialect, RolloutPhase
 from schemas.episode import Episode
 from schemas.reward import RewardEvent
 from schemas.rollout import RolloutEvent
@@ -73,6 +73,35 @@ def _shape(record: Record, seed: int, task: str, group: str, harness: str) -> Re
     )
 
 
+def verified_costs(seed: int) -> dict[str, float]:
+    """What rollout ``seed`` cost, as its orchestrator would have recorded it."""
+    agent = 1.0 + 0.5 * seed
+    return {
+        "queued_s": 0.25 * (seed % 3),
+        "prepare_s": 0.25,
+        "agent_s": agent,
+        "agent_cpu_s": agent / 2,
+        "agent_peak_mib": 64.0 + seed,
+        "save_s": 0.125,
+        "verifier_s": 0.5,
+        "wall_s": agent + 1.0,
+    }
+
+
+def _verified(rollout_id: str, seed: int, task: str, group: str, harness: str) -> RolloutEvent:
+    return RolloutEvent(
+        f"ro_{rollout_id}_verified",
+        rollout_id,
+        RolloutPhase.VERIFIED,
+        T0 + 3 * 10**6 + seed * 10**6,
+        task_id=task,
+        group_id=group,
+        harness=harness,
+        backend="local",
+        costs=verified_costs(seed),
+    )
+
+
 def write_run(path: Path) -> SmallRun:
     archive, episode_archive = (
         ArchiveWriter(path / "archive"),
@@ -93,6 +122,7 @@ def write_run(path: Path) -> SmallRun:
         if seed == 5:
             unrewarded.append(rollout_id)
             continue
+        archive.write([_verified(rollout_id, seed, task, group, harness)])
         episode = assemble(rollout_id, records, created_us=T0 + 10**7 + seed)
         if evaluation:
             heldout.append(rollout_id)

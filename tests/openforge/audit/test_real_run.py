@@ -63,7 +63,13 @@ def test_the_audit_of_an_oracle_run(tmp_path: Path) -> None:
     dom = rendered(html.write(report, tmp_path / "audit.html"), tmp_path)
     assert [c["data-chart"] for c in dom.charts] == list(CHART_NAMES)
     drawn = {c["data-chart"]: int(c["data-marks"] or 0) for c in dom.charts}
-    # One bar per task and one for the oracle harness; the rest has no data in such a run.
-    assert {k: v for k, v in drawn.items() if v} == {"reward_by_task": 3, "reward_by_harness": 1}
+    # One bar per task and one for the oracle harness; the oracle's cost in five phases (no
+    # model time: it calls none); its three rollouts on the timeline (no trainer in such a run).
+    assert {k: v for k, v in drawn.items() if v} == {
+        "reward_by_task": 3,
+        "reward_by_harness": 1,
+        "cost_per_rollout": 5,
+        "timeline": 3,
+    }
     assert all(c["data-rendered-marks"] == c["data-marks"] for c in dom.charts)
-    assert dom.no_data == len(CHART_NAMES) - 2
+    assert dom.no_data == len(CHART_NAMES) - 4

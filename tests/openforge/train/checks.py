@@ -26,7 +26,7 @@ from schemas.codec import Record, decode_message
 from schemas.completion import CompletionEvent
 from schemas.episode import Episode
 from schemas.reward import RewardEvent
-from schemas.rollout import RolloutEvent
+from schemas.rollout import COSTS, RolloutEvent
 from tests.openforge.audit.conftest import rendered
 
 
@@ -77,6 +77,7 @@ def check_run(out: Path, log_url: str, per_update: int) -> None:
     played = {p.parent.name for p in out.glob("*/rollouts/*/result.json")}
     assert played and played <= {e.rollout_id for e in episodes.values()}  # none left behind
     _check_views(out, records, played)
+    _check_costs(out)
     _check_lineage(out, log_url, consumed, episodes, per_update)
 
     assert processes_mentioning(str(out)) == []  # vLLM, the proxy, the pipeline: all stopped
@@ -158,6 +159,27 @@ def check_rebuild(out: Path, rebuilt: Path) -> None:
     )
 
 
+def _check_costs(out: Path) -> None:
+    """Every verified rollout's cost (each local rollout measures all of them: its sandboxes
+    have cgroups) and every step's, each consistent with the others."""
+    con = open_views(run=out)
+    verified = _count(
+        con, "SELECT count(DISTINCT rollout_id) FROM rollouts WHERE phase = 'verified'"
+    )
+    missing = " OR ".join(f"{name} IS NULL" for name in COSTS)
+    assert _count(con, "SELECT count(*) FROM rollout_costs") == verified > 0
+    assert _count(con, f"SELECT count(*) FROM rollout_costs WHERE {missing}") == 0
+    broken = """SELECT count(*) FROM rollout_costs WHERE agent_s + verifier_s + prepare_s > wall_s
+        OR agent_cpu_s <= 0 OR agent_peak_mib <= 0 OR model_s > agent_s + 1
+        OR (calls > 0 AND tokens_out = 0) OR reward_to_episode_s < 0"""
+    assert _count(con, broken) == 0
+    # The train rollouts each update consumed, reached from their reward.
+    assert _count(con, "SELECT count(*) FROM rollout_costs WHERE step IS NOT NULL") > 0
+    steps = con.sql("SELECT compute_s, wait_s, sync_s, engine_busy FROM step_costs").fetchall()
+    assert len(steps) == 2 and all(c > 0 and w >= 0 and s > 0 for c, w, s, _ in steps), steps
+    assert all(b is not None and 0 <= b <= 1 for *_, b in steps), steps  # vLLM was sampled
+
+
 def check_audit(out: Path, tmp: Path) -> None:
     """`openforge audit`'s page of the run, loaded in headless Chromium: every chart drawn with
     all its marks on screen, but those of what a clean short run has none of."""
@@ -170,6 +192,7 @@ def check_audit(out: Path, tmp: Path) -> None:
     assert empty <= {"fork_classes_by_harness", "failures", "tool_calls"}, marks
     assert all(c["data-rendered-marks"] == c["data-marks"] for c in dom.charts), dom.charts
     assert dom.no_data == len(empty) and dom.external == []
+    assert "bounded by the " in page.read_text()  # the stage that bounded the run is named
 
 
 def check_resumed(out: Path, output: str) -> None:

@@ -1,0 +1,186 @@
+"""Runs side by side (``openforge audit --compare RUN_A RUN_B ...``): the same saved queries over
+each run, drawn together: reward per step, reward by task, cost per rollout and utilisation.
+The harness is a training variable: the same config with another harness is one such pair."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from openforge.audit import charts
+from openforge.audit.cost_queries import COST_QUERIES, PHASES
+from openforge.audit.queries import Query, Result, last_step, run_all
+from openforge.audit.report import Report, Section
+from openforge.audit.utilisation import utilisation
+from openforge.query.source import RunFiles, is_archive_root
+from openforge.query.views import connect
+from schemas.errors import ConfigError
+
+CHART_NAMES: Sequence[str] = (
+    "compare_reward_per_step",
+    "compare_reward_by_task",
+    "compare_cost_per_rollout",
+    "compare_utilisation",
+)
+
+
+def _query(name: str, title: str, doc: str, of: str) -> Query:
+    return Query(name, title, doc, f"-- each run's `{of}` query, with the run's label first")
+
+
+REWARD = _query(
+    "compare_reward",
+    "Reward per training step, by run",
+    "one row per run and step: the mean reward of the episodes the step consumed",
+    "train_reward_per_step",
+)
+BY_TASK = _query(
+    "compare_reward_by_task",
+    "Reward by task, by run",
+    "one row per run and task: its rewarded rollouts and their mean reward",
+    "reward_by_task",
+)
+COSTS = _query(
+    "compare_cost_per_rollout",
+    "Cost per rollout, by run (means over its harnesses, weighted by rollouts)",
+    "one row per run: its verified rollouts and the mean seconds of each phase",
+    "cost_per_rollout",
+)
+BUSY = _query(
+    "compare_utilisation",
+    "Busy fractions, by run",
+    "one row per run and stage: the fraction of the run's wall time the stage was busy, and "
+    "whether it bounded the run",
+    "utilisation",
+)
+
+
+def labels(runs: Sequence[Path]) -> list[str]:
+    """A short, distinct label per run: its directory's name, with its parent's where two
+    share one."""
+    names = [run.name for run in runs]
+    return [
+        f"{run.parent.name}/{run.name}" if names.count(run.name) > 1 else run.name for run in runs
+    ]
+
+
+def _results(run: Path) -> dict[str, Result]:
+    con = connect(RunFiles.of_archive(run) if is_archive_root(run) else RunFiles.of_run(run))
+    return run_all(con, last_step(con), COST_QUERIES)
+
+
+def _costs(label: str, costs: Result) -> tuple[object, ...]:
+    """One run's mean phases over its harnesses, weighted by their rollouts."""
+    n = sum(int(c) for c in costs.column("rollouts"))
+    means = [
+        sum(
+            float(v or 0) * int(k)
+            for v, k in zip(costs.column(p), costs.column("rollouts"), strict=True)
+        )
+        / n
+        if n
+        else None
+        for p in PHASES
+    ]
+    return (label, n, *means)
+
+
+def compare(runs: Sequence[Path]) -> Report:
+    """The comparison report of ``runs`` (two or more)."""
+    if len(runs) < 2:
+        raise ConfigError("--compare needs two runs or more: openforge audit --compare RUN_A RUN_B")
+    names = labels(runs)
+    results = {name: _results(run) for name, run in zip(names, runs, strict=True)}
+    reward = Result(
+        REWARD,
+        ["run", "step", "mean_reward"],
+        [(n, s, m) for n, r in results.items() for s, m in _rows(r, "train_reward_per_step")],
+    )
+    by_task = Result(
+        BY_TASK,
+        ["run", "task_id", "rollouts", "mean_reward"],
+        [(n, *row) for n, r in results.items() for row in r["reward_by_task"].rows],
+    )
+    costs = Result(
+        COSTS,
+        ["run", "rollouts", *PHASES],
+        [_costs(n, r["cost_per_rollout"]) for n, r in results.items()],
+    )
+    busy = Result(
+        BUSY,
+        ["run", "stage", "busy_fraction", "bounded_the_run"],
+        [
+            (n, *row)
+            for n, r in results.items()
+            for row in utilisation(r["timeline"], r["step_costs"]).rows
+        ],
+    )
+    counts = {
+        f"verified rollouts of {n}": sum(int(c) for c in r["cost_per_rollout"].column("rollouts"))
+        for n, r in results.items()
+    }
+    return Report(
+        Path(" vs ".join(names)), None, counts, _sections(names, reward, by_task, costs, busy)
+    )
+
+
+def _rows(results: dict[str, Result], name: str) -> list[tuple[object, object]]:
+    result = results[name]
+    return list(zip(result.column("step"), result.column("mean_reward"), strict=True))
+
+
+def _sections(
+    names: list[str], reward: Result, by_task: Result, costs: Result, busy: Result
+) -> tuple[Section, ...]:
+    curves = {
+        n: [(float(s), float(m)) for run, s, m in reward.rows if run == n and m is not None]
+        for n in names
+    }
+    tasks = sorted({str(t) for _, t, _, _ in by_task.rows})
+    per_task = {
+        n: [
+            next((m for run, t, _, m in by_task.rows if run == n and t == task), None)
+            for task in tasks
+        ]
+        for n in names
+    }
+    phases = {
+        str(run): {p.removesuffix("_s"): float(v or 0) for p, v in zip(PHASES, values, strict=True)}
+        for run, _, *values in costs.rows
+    }
+    stages = sorted({str(stage).split(" (")[0] for _, stage, _, _ in busy.rows})
+    per_stage = {
+        n: [
+            next((b for run, s, b, _ in busy.rows if run == n and str(s).startswith(stage)), None)
+            for stage in stages
+        ]
+        for n in names
+    }
+    return (
+        Section(
+            REWARD.title,
+            REWARD.doc,
+            charts.lines(CHART_NAMES[0], REWARD.title, curves, "training step"),
+            (reward,),
+        ),
+        Section(
+            BY_TASK.title,
+            BY_TASK.doc,
+            charts.grouped(CHART_NAMES[1], BY_TASK.title, tasks, per_task),
+            (by_task,),
+        ),
+        Section(
+            COSTS.title,
+            COSTS.doc,
+            charts.stacked(
+                CHART_NAMES[2], COSTS.title, phases, [p.removesuffix("_s") for p in PHASES]
+            ),
+            (costs,),
+        ),
+        Section(
+            BUSY.title,
+            BUSY.doc,
+            charts.grouped(CHART_NAMES[3], BUSY.title, stages, per_stage),
+            (busy,),
+        ),
+    )
