@@ -57,11 +57,17 @@ BUSY = _query(
 
 def labels(runs: Sequence[Path]) -> list[str]:
     """A short, distinct label per run: its directory's name, with its parent's where two
-    share one."""
+    share one, and a number where the same run is given again."""
     names = [run.name for run in runs]
-    return [
-        f"{run.parent.name}/{run.name}" if names.count(run.name) > 1 else run.name for run in runs
-    ]
+    out: list[str] = []
+    for run in runs:
+        base = f"{run.parent.name}/{run.name}" if names.count(run.name) > 1 else run.name
+        label, k = base, 1
+        while label in out:
+            k += 1
+            label = f"{base} ({k})"
+        out.append(label)
+    return out
 
 
 def _results(run: Path) -> dict[str, Result]:

@@ -177,6 +177,13 @@ SPECS: dict[str, Spec] = {
         expect=(r"\d+ rollouts, \d+ lifecycle events, \d+ calls",)
     ),
     ".venv/bin/openforge audit runs/cpu-demo --step 1": Spec(expect=(r"Lineage of step 1",)),
+    ".venv/bin/openforge audit --compare runs/cpu-demo runs/cpu-demo": Spec(
+        expect=(
+            r"[1-9]\d* verified rollouts of runs/cpu-demo, [1-9]\d* verified rollouts of "
+            r"runs/cpu-demo \(2\)",
+            r"Busy fractions, by run",
+        )
+    ),
     ".venv/bin/ruff check . && .venv/bin/ruff format --check . && .venv/bin/mypy": Spec(
         expect=(r"Success: no issues found",)
     ),

@@ -61,3 +61,10 @@ def test_the_command_compares_and_refuses_a_wrong_number_of_runs(
     assert two.returncode == 1 and "openforge audit --compare RUN_A RUN_B" in said
     one = subprocess.run([*cli, "--compare", runs[0]], capture_output=True, text=True, cwd=ROOT)
     assert one.returncode == 1 and "needs two runs or more" in " ".join(one.stderr.split())
+
+
+def test_each_run_gets_a_label_of_its_own() -> None:
+    a, b = Path("/x/one/run"), Path("/x/two/run")
+    assert labels([a, Path("/x/other")]) == ["run", "other"]
+    assert labels([a, b]) == ["one/run", "two/run"]
+    assert labels([a, a, a]) == ["one/run", "one/run (2)", "one/run (3)"]
