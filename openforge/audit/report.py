@@ -14,6 +14,7 @@ import duckdb
 from openforge.audit import charts
 from openforge.audit.cost_queries import COST_QUERIES, PHASES
 from openforge.audit.queries import Result, last_step, run_all
+from openforge.audit.recovery import OUTCOMES, RECOVERY, recovery
 from openforge.audit.utilisation import bounded_by, lanes, utilisation
 from openforge.query.source import RunFiles, is_archive_root
 from openforge.query.views import connect
@@ -67,6 +68,28 @@ def _failures(unrewarded: Result, dead: Result) -> charts.Chart:
         "Rollouts without a reward and dead letters",
         labels,
         [counts[k] for k in labels],
+    )
+
+
+def _recovery_section(table: Result) -> Section:
+    """What the agent did after each failed tool call, by harness and policy version, beside
+    the reward of the rollouts with and without one."""
+    rows = {
+        f"{h} v{'-' if v is None else v}": {
+            o: float(n) for o, n in zip(OUTCOMES, counts, strict=True)
+        }
+        for h, v, *counts in zip(
+            *(table.column(c) for c in ("harness", "policy_version", *OUTCOMES)), strict=True
+        )
+    }
+    rows = {k: v for k, v in rows.items() if sum(v.values())}
+    return Section(
+        "Error recovery",
+        table.query.doc + " (openforge/audit/recovery.py says how an error is recognised).",
+        charts.stacked(
+            "error_recovery", "After a failed tool call, by harness and version", rows, OUTCOMES
+        ),
+        (table,),
     )
 
 
@@ -156,6 +179,7 @@ def sections(results: dict[str, Result], step: int | None) -> tuple[Section, ...
                 bars("reward_by_policy_version", r["reward_by_policy_version"],
                      "policy_version", "mean_reward", "v"),
                 (r["reward_by_policy_version"],)),
+        _recovery_section(r["error_recovery"]),
         Section("Continuity classes per harness", r["continuity_by_harness"].query.doc,
                 charts.stacked("continuity_by_harness", "Continuity classes per harness",
                                _nested(r["continuity_by_harness"], "harness", "continuity",
@@ -190,6 +214,7 @@ def sections(results: dict[str, Result], step: int | None) -> tuple[Section, ...
 
 CHART_NAMES: Sequence[str] = (
     "reward_per_step", "reward_by_task", "reward_by_harness", "reward_by_policy_version",
+    "error_recovery",
     "continuity_by_harness", "fork_classes_by_harness", "staleness", "is_weights",
     "latency_by_dialect", "tool_calls", "failures", "step_lineage", "cost_per_rollout",
     "timeline",
@@ -224,4 +249,5 @@ def build(run: Path, step: int | None = None) -> Report:
         )
     chosen = step if step is not None else last
     results = run_all(con, chosen, COST_QUERIES)
+    results[RECOVERY.name] = recovery(con)
     return Report(run, chosen, _counts(con), sections(results, chosen))

@@ -10,7 +10,7 @@ What it answers depends on the prompt it is given (decoded with the same tokeniz
 
 - no ``<tools>`` block (a harness's side call: titles, summaries): a short plain answer;
 - no ``<tool_response>`` yet: the script's tool call, in the hermes format of the chat template;
-- otherwise: the script's final answer.
+- otherwise: the script's final answer (or, with ``Script.plans``, the plan's next tool call).
 
 With ``drop_stream_once`` the first tool-call answer is cut off mid-stream (the connection closes
 without the end of the chunked body), once.
@@ -58,7 +58,10 @@ class _QuietDrops(logging.Filter):
 
 @dataclass
 class Script:
-    """What the policy says: one tool call, then a final answer."""
+    """What the policy says: one tool call, then a final answer. With ``plans``, a prompt that
+    holds one of its markers gets that plan's tool calls instead, one per turn (the N-th once N
+    tool results are in the prompt), then the final answer: a script of known errors and
+    recoveries, task by task."""
 
     tool_name: str
     arguments: dict[str, Any]
@@ -66,6 +69,15 @@ class Script:
     side_answer: str = "File task"
     drop_stream_once: bool = False
     drop_after: int = 3  # tokens sent before the drop
+    plans: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+
+    def next_call(self, prompt: str) -> dict[str, Any] | None:
+        """The tool call's arguments for this prompt; None: the final answer is due."""
+        done = prompt.count("<tool_response>")
+        for marker, calls in self.plans.items():
+            if marker in prompt:
+                return calls[done] if done < len(calls) else None
+        return self.arguments if done == 0 else None
 
 
 @dataclass
@@ -95,11 +107,12 @@ class ScriptedPolicy:
         self._lock = threading.Lock()
 
     def answer(self, prompt_ids: list[int]) -> tuple[str, str]:
-        text = self.tokenizer.decode(prompt_ids)
+        text = str(self.tokenizer.decode(prompt_ids))
         if "<tools>" not in text:
             return "side", self.script.side_answer
-        if "<tool_response>" not in text:
-            call = {"name": self.script.tool_name, "arguments": self.script.arguments}
+        arguments = self.script.next_call(text)
+        if arguments is not None:
+            call = {"name": self.script.tool_name, "arguments": arguments}
             return "tool_call", f"<tool_call>\n{json.dumps(call)}\n</tool_call>"
         return "final", self.script.final
 

@@ -27,11 +27,26 @@ from schemas.reward import RewardEvent
 from schemas.rollout import RolloutEvent
 
 HARNESSES = {"codex": Dialect.RESPONSES, "claude-code": Dialect.MESSAGES, "agent": Dialect.CHAT}
-_BODIES = {
-    Dialect.CHAT: {"choices": [{"message": {"tool_calls": [{"function": {"name": "bash"}}]}}]},
-    Dialect.RESPONSES: {"output": [{"type": "function_call", "name": "shell"}]},
-    Dialect.MESSAGES: {"content": [{"type": "text"}, {"type": "tool_use", "name": "Edit"}]},
-}
+
+
+def _answer(dialect: Dialect, call_id: str) -> dict[str, object]:
+    """A response body with one tool call of id ``call_id``, in ``dialect``."""
+    if dialect is Dialect.CHAT:
+        call = {"id": call_id, "function": {"name": "bash", "arguments": "{}"}}
+        return {"choices": [{"message": {"tool_calls": [call]}}]}
+    if dialect is Dialect.RESPONSES:
+        return {"output": [{"type": "function_call", "call_id": call_id, "name": "shell"}]}
+    return {"content": [{"type": "text"}, {"type": "tool_use", "id": call_id, "name": "Edit"}]}
+
+
+def _result(dialect: Dialect, call_id: str, text: str) -> dict[str, object]:
+    """A request body whose new history is the result of tool call ``call_id``."""
+    if dialect is Dialect.CHAT:
+        return {"messages": [{"role": "tool", "tool_call_id": call_id, "content": text}]}
+    if dialect is Dialect.RESPONSES:
+        return {"input": [{"type": "function_call_output", "call_id": call_id, "output": text}]}
+    block = {"type": "tool_result", "tool_use_id": call_id, "content": text}
+    return {"messages": [{"role": "user", "content": [block]}]}
 
 
 @dataclass
@@ -62,14 +77,20 @@ def _shape(record: Record, seed: int, task: str, group: str, harness: str) -> Re
     dialect = HARNESSES[harness]
     at = record.timings.received_us
     n = len(record.completion_token_ids)
+    i = record.call_index
+    # Each even call makes a tool call, the next carries its result: an error for even seeds.
+    call_id = f"{record.rollout_id}-t{i}"
+    text = "exit code: 1\nstderr:\nNo such file or directory" if seed % 2 == 0 else "exit code: 0"
+    previous = f"{record.rollout_id}-t{i - 1}"
     return replace(
         record,
         task_id=task,
         harness=harness,
         dialect=dialect,
-        timings=Timings(at, at + 20_000 * (1 + seed % 3), at + 90_000 * (1 + record.call_index)),
+        timings=Timings(at, at + 20_000 * (1 + seed % 3), at + 90_000 * (1 + i)),
         policy_versions=[PolicySpan(_version(seed), 0, n)] if n else [],
-        response_body=json.dumps(_BODIES[dialect]) if record.call_index % 2 == 0 else None,
+        response_body=json.dumps(_answer(dialect, call_id)) if i % 2 == 0 else None,
+        request_body=json.dumps(_result(dialect, previous, text)) if i % 2 == 1 else None,
     )
 
 
