@@ -33,9 +33,10 @@ class CostMeter:
             self.add(name, time.monotonic() - start)
 
     def sandbox(self, role: str, result: SandboxResult) -> None:
-        """A sandbox run of ``role`` (agent, verifier): its CPU time added, its peak memory the
-        highest of the role's runs."""
+        """A sandbox run of ``role`` (agent, verifier): its start and CPU time added, its peak
+        memory the highest of the role's runs."""
         self.add(f"{role}_cpu_s", result.cpu_s)
+        self.add(f"{role}_start_s", result.start_s)
         peak = result.peak_memory_mib
         if peak is not None:
             name = f"{role}_peak_mib"

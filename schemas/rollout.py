@@ -66,10 +66,13 @@ COSTS: dict[str, str] = {
     "prepare_s": "seconds from the attempt's start to asking for the agent's sandbox: "
     "registration with the proxy, the workspace laid out (the image's WORKDIR copied)",
     "agent_s": "seconds of the agent's sandbox, from asking for it to its end (its start included)",
+    "agent_start_s": "seconds of agent_s before its command started: the sandbox's start (a "
+    "container's layer, namespaces and cgroup)",
     "agent_cpu_s": "CPU-seconds of everything in the agent's sandbox (from its cgroup)",
     "agent_peak_mib": "peak memory of the agent's sandbox, MiB (from its cgroup)",
     "save_s": "seconds saving the final workspace (for re-scoring)",
     "verifier_s": "seconds of the verifier's sandbox (every step's, for a multi-step task)",
+    "verifier_start_s": "seconds of verifier_s before its command started (the sandbox's start)",
     "verifier_cpu_s": "CPU-seconds of everything in the verifier's sandbox (from its cgroup)",
     "verifier_peak_mib": "peak memory of the verifier's sandbox, MiB (from its cgroup)",
     "wall_s": "seconds of the attempt, from its start to its reward recorded",

@@ -180,6 +180,7 @@ class _Lead:
         metrics = self.backend.train_step(to_batch(episodes), self.cfg.algo)
         metrics["time/step_s"] = time.perf_counter() - t0
         metrics["time/wait_s"] = waited
+        metrics["device/gpu"] = 1.0 if self.backend.device.startswith("cuda") else 0.0
         state.step += 1
         metrics.update(_batch_metrics(episodes, state.policy_version, self.stream.stats))
         due = self.schedule.after(state.step, state.policy_version)

@@ -195,6 +195,7 @@ class SandboxResult:
     peak_memory_mib: float | None = None
     namespaces: Mapping[str, int] = field(default_factory=dict)  # e.g. {"pid": 4026532182}
     cpu_s: float | None = None  # CPU time of everything in the sandbox (None: no cgroup)
+    start_s: float | None = None  # from asking for the sandbox to its command's start
 
     @property
     def ok(self) -> bool:

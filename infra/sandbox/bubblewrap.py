@@ -247,6 +247,7 @@ class BubblewrapSandbox(SandboxBackend):
         status_r = -1
         code: int | None = None
         timed_out = False
+        started: float | None = None  # seconds to the sandbox's init (its command's start)
         try:
             if self.limits_by is LimitEnforcement.CGROUP_V1:
                 memory = spec.limits.memory_mib * 2**20
@@ -280,6 +281,7 @@ class BubblewrapSandbox(SandboxBackend):
                 try:
                     status = read_status(status_r, start + spec.timeout_s)
                     if "child-pid" in status:
+                        started = time.monotonic() - start
                         init = Init(status["child-pid"])
                         with self._running_lock:
                             inits.append(init)
@@ -303,7 +305,16 @@ class BubblewrapSandbox(SandboxBackend):
             k.removesuffix("-namespace"): v for k, v in status.items() if k.endswith("-namespace")
         }
         first = self._own_complaint(spec) if code in (1, 125, 127) else None
-        result = classify(spec, sandbox_id, code, timed_out, duration, counters, start_error=first)
+        result = classify(
+            spec,
+            sandbox_id,
+            code,
+            timed_out,
+            duration,
+            counters,
+            start_error=first,
+            start_s=started,
+        )
         return dataclasses.replace(result, namespaces=namespaces)
 
     @staticmethod

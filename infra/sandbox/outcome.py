@@ -28,6 +28,7 @@ def classify(
     counters: Counters,
     what: str = "sandbox",
     start_error: str | None = None,
+    start_s: float | None = None,
 ) -> SandboxResult:
     """The result: timed out, failed to start (``start_error``, the backend's own complaint),
     out of memory or of processes (a limit struck and the command did not exit 0), or exited;
@@ -51,6 +52,7 @@ def classify(
             forks,
             counters.peak_memory_mib,
             cpu_s=counters.cpu_s,
+            start_s=start_s,
         )
 
     if timed_out:

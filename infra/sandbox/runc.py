@@ -80,6 +80,15 @@ def _start_error(log: Path) -> str | None:
     return None
 
 
+def _started(pidfile: Path, asked: float) -> float | None:
+    """Seconds from asking for the container to its command's start: runc writes the pid file
+    once the container's process runs the command (None: it never did)."""
+    try:
+        return max(pidfile.stat().st_mtime - asked, 0.0)
+    except OSError:
+        return None
+
+
 class RuncSandbox(SandboxBackend):
     """Runs each spec in a fresh runc container over ``spec.root``; see the module docstring."""
 
@@ -135,6 +144,7 @@ class RuncSandbox(SandboxBackend):
         if spec.root is None:
             raise ConfigError("the runc sandbox runs an image: give the spec its root (RootFs)")
         self.preflight()
+        asked = time.time()
         cid = uuid.uuid4().hex[:16]
         sandbox_id = f"{os.getpid()}.sandbox.{cid}"
         for path in (spec.stdout, spec.stderr):
@@ -155,6 +165,7 @@ class RuncSandbox(SandboxBackend):
             )
             (run_dir / "config.json").write_text(json.dumps(config))
             code, timed_out, duration = self._run_container(spec, cid, run_dir)
+            started = _started(run_dir / "init.pid", asked)
             start_error = _start_error(run_dir / "runc.log") if code else None
             stopped = not timed_out and start_error is None
             # Nothing still writes while we copy: the first process has exited, and its pid
@@ -171,7 +182,9 @@ class RuncSandbox(SandboxBackend):
             return SandboxResult(
                 SandboxOutcome.FAILED_TO_START, code, duration, message, sandbox_id
             )
-        return classify(spec, sandbox_id, code, timed_out, duration, counters, "container")
+        return classify(
+            spec, sandbox_id, code, timed_out, duration, counters, "container", start_s=started
+        )
 
     @staticmethod
     def _cannot_start(spec: SandboxSpec) -> str | None:
@@ -207,7 +220,8 @@ class RuncSandbox(SandboxBackend):
     ) -> tuple[int | None, bool, float]:
         """(exit code, timed out, seconds) of ``runc run`` in the foreground."""
         argv = [self.runc, "--root", str(self.state / "runc"), "--log", str(run_dir / "runc.log")]
-        argv += ["--log-format", "json", "run", "--keep", "--bundle", str(run_dir), cid]
+        argv += ["--log-format", "json", "run", "--keep", "--bundle", str(run_dir)]
+        argv += ["--pid-file", str(run_dir / "init.pid"), cid]  # written once its command runs
         start = time.monotonic()
         with open(spec.stdout, "wb") as out, contextlib.ExitStack() as stack:
             err = (

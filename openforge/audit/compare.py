@@ -10,6 +10,7 @@ from pathlib import Path
 from openforge.audit import charts
 from openforge.audit.cost_queries import COST_QUERIES, PHASES
 from openforge.audit.queries import Query, Result, last_step, run_all
+from openforge.audit.recovery import RECOVERY, recovery
 from openforge.audit.report import Report, Section
 from openforge.audit.utilisation import utilisation
 from openforge.query.source import RunFiles, is_archive_root
@@ -19,6 +20,7 @@ from schemas.errors import ConfigError
 CHART_NAMES: Sequence[str] = (
     "compare_reward_per_step",
     "compare_reward_by_task",
+    "compare_error_recovery",
     "compare_cost_per_rollout",
     "compare_utilisation",
 )
@@ -39,6 +41,13 @@ BY_TASK = _query(
     "Reward by task, by run",
     "one row per run and task: its rewarded rollouts and their mean reward",
     "reward_by_task",
+)
+RECOVERED = _query(
+    "compare_error_recovery",
+    "Error recovery, by run",
+    "one row per run, harness and policy version: rollouts with a tool error, the errors, the "
+    "recovery rate and the mean reward of rollouts with and without an error",
+    "error_recovery",
 )
 COSTS = _query(
     "compare_cost_per_rollout",
@@ -72,7 +81,9 @@ def labels(runs: Sequence[Path]) -> list[str]:
 
 def _results(run: Path) -> dict[str, Result]:
     con = connect(RunFiles.of_archive(run) if is_archive_root(run) else RunFiles.of_run(run))
-    return run_all(con, last_step(con), COST_QUERIES)
+    results = run_all(con, last_step(con), COST_QUERIES)
+    results[RECOVERY.name] = recovery(con)
+    return results
 
 
 def _costs(label: str, costs: Result) -> tuple[object, ...]:
@@ -107,6 +118,17 @@ def compare(runs: Sequence[Path]) -> Report:
         ["run", "task_id", "rollouts", "mean_reward"],
         [(n, *row) for n, r in results.items() for row in r["reward_by_task"].rows],
     )
+    columns = ["harness", "policy_version", "rollouts", "with_errors", "errors",
+               "recovery_rate", "reward_with_errors", "reward_without"]  # fmt: skip
+    recovered = Result(
+        RECOVERED,
+        ["run", *columns],
+        [
+            (n, *(row[r[RECOVERY.name].columns.index(c)] for c in columns))
+            for n, r in results.items()
+            for row in r[RECOVERY.name].rows
+        ],
+    )
     costs = Result(
         COSTS,
         ["run", "rollouts", *PHASES],
@@ -126,7 +148,10 @@ def compare(runs: Sequence[Path]) -> Report:
         for n, r in results.items()
     }
     return Report(
-        Path(" vs ".join(names)), None, counts, _sections(names, reward, by_task, costs, busy)
+        Path(" vs ".join(names)),
+        None,
+        counts,
+        _sections(names, reward, by_task, recovered, costs, busy),
     )
 
 
@@ -136,7 +161,12 @@ def _rows(results: dict[str, Result], name: str) -> list[tuple[object, object]]:
 
 
 def _sections(
-    names: list[str], reward: Result, by_task: Result, costs: Result, busy: Result
+    names: list[str],
+    reward: Result,
+    by_task: Result,
+    recovered: Result,
+    costs: Result,
+    busy: Result,
 ) -> tuple[Section, ...]:
     curves = {
         n: [(float(s), float(m)) for run, s, m in reward.rows if run == n and m is not None]
@@ -150,6 +180,8 @@ def _sections(
         ]
         for n in names
     }
+    measures = ["recovery_rate", "reward_with_errors", "reward_without"]
+    per_run = {n: [_weighted(recovered, n, m) for m in measures] for n in names}
     phases = {
         str(run): {p.removesuffix("_s"): float(v or 0) for p, v in zip(PHASES, values, strict=True)}
         for run, _, *values in costs.rows
@@ -176,17 +208,37 @@ def _sections(
             (by_task,),
         ),
         Section(
+            RECOVERED.title,
+            RECOVERED.doc,
+            charts.grouped(CHART_NAMES[2], RECOVERED.title, measures, per_run),
+            (recovered,),
+        ),
+        Section(
             COSTS.title,
             COSTS.doc,
             charts.stacked(
-                CHART_NAMES[2], COSTS.title, phases, [p.removesuffix("_s") for p in PHASES]
+                CHART_NAMES[3], COSTS.title, phases, [p.removesuffix("_s") for p in PHASES]
             ),
             (costs,),
         ),
         Section(
             BUSY.title,
             BUSY.doc,
-            charts.grouped(CHART_NAMES[3], BUSY.title, stages, per_stage),
+            charts.grouped(CHART_NAMES[4], BUSY.title, stages, per_stage),
             (busy,),
         ),
     )
+
+
+def _weighted(recovered: Result, run: str, measure: str) -> float | None:
+    """``measure`` of ``run`` over its harnesses and versions, weighted by the rollouts it is a
+    mean over (those with an error, or for ``reward_without`` those without; None: none)."""
+    col = recovered.columns.index
+    pairs: list[tuple[float, int]] = []
+    for row in recovered.rows:
+        erring = int(row[col("with_errors")])
+        weight = int(row[col("rollouts")]) - erring if measure == "reward_without" else erring
+        if row[0] == run and row[col(measure)] is not None and weight > 0:
+            pairs.append((float(row[col(measure)]), weight))
+    total = sum(k for _, k in pairs)
+    return sum(v * k for v, k in pairs) / total if total else None

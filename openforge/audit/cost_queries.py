@@ -44,7 +44,7 @@ COST_QUERIES: tuple[Query, ...] = (
         "one row per training step: seconds computing the update, waiting for its episodes, "
         "handing the weights to the engine, and the fraction of the time the engine was busy",
         """
-        SELECT step, policy_version, episodes, compute_s, wait_s, sync_s, engine_busy,
+        SELECT step, policy_version, episodes, device, compute_s, wait_s, sync_s, engine_busy,
             since_previous_s
         FROM step_costs ORDER BY step
         """,

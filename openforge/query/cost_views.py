@@ -14,7 +14,10 @@ from schemas.rollout import COSTS
 
 # Per-step metrics the trainer records (trainer/loop.py), by the column that shows each.
 STEP_METRICS: dict[str, tuple[str, str]] = {
-    "compute_s": ("time/step_s", "seconds the update itself took (forward, backward, optimizer)"),
+    "compute_s": (
+        "time/step_s",
+        "seconds the update itself took (forward, backward, optimizer) on its device",
+    ),
     "wait_s": ("time/wait_s", "seconds the trainer waited for the update's episodes"),
     "sync_s": ("sync/seconds", "seconds handing the new weights to the engine (null: no sync)"),
     "engine_busy": (
@@ -89,6 +92,7 @@ STEP_COSTS = View(
     "one row per training step: where the trainer's time went",
     f"""
     SELECT step, policy_version, at_us, len(episodes) AS episodes,
+        CASE metrics['device/gpu'] WHEN 1 THEN 'gpu' WHEN 0 THEN 'cpu' END AS device,
         {_METRIC_COLUMNS},
         (at_us - lag(at_us) OVER (ORDER BY step)) / 1e6 AS since_previous_s
     FROM {STEP_RECORDS}
@@ -98,6 +102,7 @@ STEP_COSTS = View(
         ("policy_version", "the version its weights were served as"),
         ("at_us", "when the update was done"),
         ("episodes", "episodes it consumed"),
+        ("device", "where the update ran: cpu or gpu (null: a trainer that did not say)"),
         *((column, doc) for column, (_, doc) in STEP_METRICS.items()),
         ("since_previous_s", "seconds since the previous update (null for the first)"),
     ),

@@ -13,6 +13,8 @@ from trainer.batch import TrainBatch
 
 
 class TrainerBackend(abc.ABC):
+    device: str = "cpu"  # where the updates run: cpu or cuda (the step records say which)
+
     @abc.abstractmethod
     def logprobs(self, batch: TrainBatch) -> torch.Tensor:
         """The current policy's logprob of each next token, ``[B, T-1]`` (no gradient)."""

@@ -137,6 +137,7 @@ class VerlBackend(TrainerBackend):
         from verl.workers.config import TrainingWorkerConfig
         from verl.workers.engine_workers import TrainingWorker
 
+        self.device = "cuda" if torch.cuda.is_available() else "cpu"
         if not torch.cuda.is_available():
             from trainer.backends.verl_cpu_platform import use_cpu_platform
 

@@ -354,6 +354,8 @@ def test_the_cpu_time_and_memory_a_run_used_are_counted(run: Run) -> None:
     assert busy.cpu_s is not None and busy.cpu_s > 0.05  # the sum's loop, in the sandbox
     assert idle.cpu_s is not None and idle.cpu_s < busy.cpu_s / 2  # sleeping costs nothing
     assert busy.peak_memory_mib is not None and busy.peak_memory_mib >= 64
+    # Its start, before the command ran: a fraction of the run (the sleep alone is 0.3 s).
+    assert idle.start_s is not None and 0 < idle.start_s < idle.duration_s - 0.25
 
 
 @needs_cgroups

@@ -175,9 +175,13 @@ def _check_costs(out: Path) -> None:
     assert _count(con, broken) == 0
     # The train rollouts each update consumed, reached from their reward.
     assert _count(con, "SELECT count(*) FROM rollout_costs WHERE step IS NOT NULL") > 0
-    steps = con.sql("SELECT compute_s, wait_s, sync_s, engine_busy FROM step_costs").fetchall()
-    assert len(steps) == 2 and all(c > 0 and w >= 0 and s > 0 for c, w, s, _ in steps), steps
-    assert all(b is not None and 0 <= b <= 1 for *_, b in steps), steps  # vLLM was sampled
+    steps = con.sql("SELECT compute_s, wait_s, sync_s, engine_busy, device FROM step_costs")
+    rows = steps.fetchall()
+    assert len(rows) == 2 and all(c > 0 and w >= 0 and s > 0 for c, w, s, *_ in rows), rows
+    assert all(b is not None and 0 <= b <= 1 for *_, b, _ in rows), rows  # vLLM was sampled
+    assert {d for *_, d in rows} == {"cpu"}
+    starts = "SELECT count(*) FROM rollout_costs WHERE agent_start_s >= agent_s"
+    assert _count(con, starts) == 0  # a container's start is a part of the agent's time
 
 
 def check_audit(out: Path, tmp: Path) -> None:
