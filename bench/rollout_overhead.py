@@ -88,19 +88,20 @@ def _plain(task: Path, root: Path) -> tuple[float, str]:
     return time.perf_counter() - start, (work / "ns.txt").read_text()
 
 
-PHASES: dict[str, tuple[object, str]] = {
-    "proxy admin calls": (ProxyAdmin, "register_rollout"),
-    "proxy admin calls ": (ProxyAdmin, "record_phase"),
-    "proxy admin calls  ": (ProxyAdmin, "finish_rollout"),
-    "proxy admin calls   ": (ProxyAdmin, "post_reward"),
-    "lay-out": (Environments, "prepare"),
-    "final workspace saved": (final_workspace, "save_or_note"),
-    "bubblewrap runs": (BubblewrapSandbox, "run"),
-    "container runs": (RuncSandbox, "run"),
-    "runc run": (RuncSandbox, "_run_container"),
-    "layer mounted": (RuncSandbox, "_mount_layer"),
-    "container removed": (RuncSandbox, "_remove_stopped"),
-    "clean-up": (RuncSandbox, "_tear_down"),
+# Each phase's label and the functions timed for it (several: their times add up).
+PHASES: dict[str, tuple[tuple[object, str], ...]] = {
+    "proxy admin calls": tuple(
+        (ProxyAdmin, name)
+        for name in ("register_rollout", "record_phase", "finish_rollout", "post_reward")
+    ),
+    "lay-out": ((Environments, "prepare"),),
+    "final workspace saved": ((final_workspace, "save_or_note"),),
+    "bubblewrap runs": ((BubblewrapSandbox, "run"),),
+    "container runs": ((RuncSandbox, "run"),),
+    "runc run": ((RuncSandbox, "_run_container"),),
+    "layer mounted": ((RuncSandbox, "_mount_layer"),),
+    "container removed": ((RuncSandbox, "_remove_stopped"),),
+    "clean-up": ((RuncSandbox, "_tear_down"),),
 }
 RUNC_PARTS = ("runc run", "layer mounted", "container removed", "clean-up")
 
@@ -111,8 +112,9 @@ class PhaseClock:
     def __init__(self) -> None:
         self.seconds: dict[str, float] = defaultdict(float)
         self._lock = threading.Lock()
-        for label, (owner, name) in PHASES.items():
-            self._wrap(owner, name, label.strip())
+        for label, functions in PHASES.items():
+            for owner, name in functions:
+                self._wrap(owner, name, label)
 
     def _wrap(self, owner: object, name: str, label: str) -> None:
         raw = vars(owner)[name]
@@ -260,7 +262,7 @@ def main() -> None:
 
 def _breakdown(n: int, rows: list[Row]) -> None:
     """Wall ms per rollout in each phase, mean; ``rest``: the rollout's wall time outside them."""
-    labels = list(dict.fromkeys(label.strip() for label in PHASES))
+    labels = list(PHASES)
     print("\nPer-phase breakdown, wall ms per rollout (mean):\n")
     print("| phase | " + " | ".join(r.name.split(" + ")[1] for r in rows) + " |")
     print("|---|" + "---|" * len(rows))
