@@ -137,5 +137,5 @@ def environment() -> dict[str, str]:
 
 def reexec() -> None:
     """Replace this process with itself in the user's namespace (never returns)."""
-    command = [sys.executable, *sys.orig_argv[1:]]
-    os.execve(argv(command)[0], argv(command), {**os.environ, **environment()})
+    again = argv([sys.executable, *sys.orig_argv[1:]])
+    os.execve(again[0], again, {**os.environ, **environment()})

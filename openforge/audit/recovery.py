@@ -40,21 +40,25 @@ CALLS = Query(
     "The calls error recovery reads",
     "one row per call (not a side call) of a rollout: its request and response bodies, in order",
     """
-    SELECT c.rollout_id, coalesce(c.harness, '?') AS harness, c.dialect, c.call_index,
-        c.received_us, r.request_body, r.response_body,
-        list_max(c.policy_versions) AS policy_version
+    SELECT c.rollout_id, c.dialect, c.call_index, c.received_us, r.request_body, r.response_body
     FROM completions c JOIN raw.completion r USING (event_id)
     WHERE NOT c.side_call
     QUALIFY row_number() OVER (PARTITION BY c.event_id ORDER BY r.date) = 1
     ORDER BY c.rollout_id, c.call_index
     """,
 )
-REWARDS = Query(
-    "recovery_rewards",
-    "Each rollout's reward",
-    "one row per rewarded rollout: its latest reward",
+ROLLOUTS = Query(
+    "recovery_rollouts",
+    "Each rollout's harness, policy version and reward",
+    "one row per rollout with calls: its harness, the newest policy version of its tokens, and "
+    "its latest reward (null: none)",
     """
-    SELECT rollout_id, arg_max(reward, at_us) AS reward FROM rewards GROUP BY rollout_id
+    SELECT c.rollout_id, any_value(coalesce(c.harness, '?')) AS harness,
+        max(list_max(c.policy_versions)) AS policy_version, any_value(r.reward) AS reward
+    FROM completions c LEFT JOIN (
+        SELECT rollout_id, arg_max(reward, at_us) AS reward FROM rewards GROUP BY rollout_id
+    ) r USING (rollout_id)
+    WHERE NOT c.side_call GROUP BY c.rollout_id
     """,
 )
 RECOVERY = Query(
@@ -64,7 +68,7 @@ RECOVERY = Query(
     "and what the agent did after each (retried the call, changed approach, gave up, ended the "
     "rollout), the recovery rate (rollouts with an error that still got a reward > 0) beside the "
     "mean reward of those with and without an error, and the mean seconds to recover",
-    "-- computed in openforge/audit/recovery.py from the recovery_calls and recovery_rewards "
+    "-- computed in openforge/audit/recovery.py from the recovery_calls and recovery_rollouts "
     "queries",
 )
 
@@ -198,18 +202,10 @@ def analyse(calls: Result) -> list[ToolError]:
 
 def recovery(con: duckdb.DuckDBPyConnection) -> Result:
     """The error-recovery table of a run (:data:`RECOVERY`)."""
-    calls, rewards = run(con, CALLS), run(con, REWARDS)
-    reward = {str(r): float(v) for r, v in rewards.rows if v is not None}
-    harness: dict[str, str] = {}
-    version: dict[str, int | None] = {}
-    for rid, name, v in zip(
-        *(calls.column(c) for c in ("rollout_id", "harness", "policy_version")), strict=True
-    ):
-        harness.setdefault(str(rid), str(name))
-        old = version.get(str(rid))
-        version[str(rid)] = v if old is None else old if v is None else max(old, int(v))
-    key_of = {rid: (harness[rid], version[rid]) for rid in harness}
-    return Result(RECOVERY, COLUMNS, _table(key_of, analyse(calls), reward))
+    rollouts = run(con, ROLLOUTS).rows
+    key_of = {str(rid): (str(harness), version) for rid, harness, version, _ in rollouts}
+    reward = {str(rid): float(r) for rid, _, _, r in rollouts if r is not None}
+    return Result(RECOVERY, COLUMNS, _table(key_of, analyse(run(con, CALLS)), reward))
 
 
 COLUMNS = [
