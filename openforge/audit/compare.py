@@ -8,13 +8,11 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from openforge.audit import charts
-from openforge.audit.cost_queries import COST_QUERIES, PHASES
-from openforge.audit.queries import Query, Result, last_step, run_all
-from openforge.audit.recovery import RECOVERY, recovery
-from openforge.audit.report import Report, Section
+from openforge.audit.cost_queries import PHASES
+from openforge.audit.queries import Query, Result, last_step
+from openforge.audit.recovery import RECOVERY
+from openforge.audit.report import Report, Section, open_run, results
 from openforge.audit.utilisation import utilisation
-from openforge.query.source import RunFiles, is_archive_root
-from openforge.query.views import connect
 from schemas.errors import ConfigError
 
 CHART_NAMES: Sequence[str] = (
@@ -80,26 +78,24 @@ def labels(runs: Sequence[Path]) -> list[str]:
 
 
 def _results(run: Path) -> dict[str, Result]:
-    con = connect(RunFiles.of_archive(run) if is_archive_root(run) else RunFiles.of_run(run))
-    results = run_all(con, last_step(con), COST_QUERIES)
-    results[RECOVERY.name] = recovery(con)
-    return results
+    con = open_run(run)
+    return results(con, last_step(con))
+
+
+def _weighted_mean(pairs: Sequence[tuple[float, int]]) -> float | None:
+    """The mean of values, each counted ``weight`` times (None: no weight)."""
+    total = sum(w for _, w in pairs)
+    return sum(v * w for v, w in pairs) / total if total else None
 
 
 def _costs(label: str, costs: Result) -> tuple[object, ...]:
     """One run's mean phases over its harnesses, weighted by their rollouts."""
-    n = sum(int(c) for c in costs.column("rollouts"))
+    counts = [int(c) for c in costs.column("rollouts")]
     means = [
-        sum(
-            float(v or 0) * int(k)
-            for v, k in zip(costs.column(p), costs.column("rollouts"), strict=True)
-        )
-        / n
-        if n
-        else None
+        _weighted_mean([(float(v or 0), k) for v, k in zip(costs.column(p), counts, strict=True)])
         for p in PHASES
     ]
-    return (label, n, *means)
+    return (label, sum(counts), *means)
 
 
 def compare(runs: Sequence[Path]) -> Report:
@@ -107,16 +103,16 @@ def compare(runs: Sequence[Path]) -> Report:
     if len(runs) < 2:
         raise ConfigError("--compare needs two runs or more: openforge audit --compare RUN_A RUN_B")
     names = labels(runs)
-    results = {name: _results(run) for name, run in zip(names, runs, strict=True)}
+    by_run = {name: _results(run) for name, run in zip(names, runs, strict=True)}
     reward = Result(
         REWARD,
         ["run", "step", "mean_reward"],
-        [(n, s, m) for n, r in results.items() for s, m in _rows(r, "train_reward_per_step")],
+        [(n, s, m) for n, r in by_run.items() for s, m in _rows(r, "train_reward_per_step")],
     )
     by_task = Result(
         BY_TASK,
         ["run", "task_id", "rollouts", "mean_reward"],
-        [(n, *row) for n, r in results.items() for row in r["reward_by_task"].rows],
+        [(n, *row) for n, r in by_run.items() for row in r["reward_by_task"].rows],
     )
     columns = ["harness", "policy_version", "rollouts", "with_errors", "errors",
                "recovery_rate", "reward_with_errors", "reward_without"]  # fmt: skip
@@ -125,27 +121,27 @@ def compare(runs: Sequence[Path]) -> Report:
         ["run", *columns],
         [
             (n, *(row[r[RECOVERY.name].columns.index(c)] for c in columns))
-            for n, r in results.items()
+            for n, r in by_run.items()
             for row in r[RECOVERY.name].rows
         ],
     )
     costs = Result(
         COSTS,
         ["run", "rollouts", *PHASES],
-        [_costs(n, r["cost_per_rollout"]) for n, r in results.items()],
+        [_costs(n, r["cost_per_rollout"]) for n, r in by_run.items()],
     )
     busy = Result(
         BUSY,
         ["run", "stage", "busy_fraction", "bounded_the_run"],
         [
             (n, *row)
-            for n, r in results.items()
+            for n, r in by_run.items()
             for row in utilisation(r["timeline"], r["step_costs"]).rows
         ],
     )
     counts = {
         f"verified rollouts of {n}": sum(int(c) for c in r["cost_per_rollout"].column("rollouts"))
-        for n, r in results.items()
+        for n, r in by_run.items()
     }
     return Report(
         Path(" vs ".join(names)),
@@ -155,8 +151,8 @@ def compare(runs: Sequence[Path]) -> Report:
     )
 
 
-def _rows(results: dict[str, Result], name: str) -> list[tuple[object, object]]:
-    result = results[name]
+def _rows(of_run: dict[str, Result], name: str) -> list[tuple[object, object]]:
+    result = of_run[name]
     return list(zip(result.column("step"), result.column("mean_reward"), strict=True))
 
 
@@ -195,39 +191,26 @@ def _sections(
         for n in names
     }
     return (
-        Section(
-            REWARD.title,
-            REWARD.doc,
-            charts.lines(CHART_NAMES[0], REWARD.title, curves, "training step"),
-            (reward,),
+        _section(
+            REWARD, charts.lines(CHART_NAMES[0], REWARD.title, curves, "training step"), reward
         ),
-        Section(
-            BY_TASK.title,
-            BY_TASK.doc,
-            charts.grouped(CHART_NAMES[1], BY_TASK.title, tasks, per_task),
-            (by_task,),
+        _section(BY_TASK, charts.grouped(CHART_NAMES[1], BY_TASK.title, tasks, per_task), by_task),
+        _section(
+            RECOVERED, charts.grouped(CHART_NAMES[2], RECOVERED.title, measures, per_run), recovered
         ),
-        Section(
-            RECOVERED.title,
-            RECOVERED.doc,
-            charts.grouped(CHART_NAMES[2], RECOVERED.title, measures, per_run),
-            (recovered,),
-        ),
-        Section(
-            COSTS.title,
-            COSTS.doc,
+        _section(
+            COSTS,
             charts.stacked(
                 CHART_NAMES[3], COSTS.title, phases, [p.removesuffix("_s") for p in PHASES]
             ),
-            (costs,),
+            costs,
         ),
-        Section(
-            BUSY.title,
-            BUSY.doc,
-            charts.grouped(CHART_NAMES[4], BUSY.title, stages, per_stage),
-            (busy,),
-        ),
+        _section(BUSY, charts.grouped(CHART_NAMES[4], BUSY.title, stages, per_stage), busy),
     )
+
+
+def _section(query: Query, chart: charts.Chart, table: Result) -> Section:
+    return Section(query.title, query.doc, chart, (table,))
 
 
 def _weighted(recovered: Result, run: str, measure: str) -> float | None:
@@ -240,5 +223,4 @@ def _weighted(recovered: Result, run: str, measure: str) -> float | None:
         weight = int(row[col("rollouts")]) - erring if measure == "reward_without" else erring
         if row[0] == run and row[col(measure)] is not None and weight > 0:
             pairs.append((float(row[col(measure)]), weight))
-    total = sum(k for _, k in pairs)
-    return sum(v * k for v, k in pairs) / total if total else None
+    return _weighted_mean(pairs)

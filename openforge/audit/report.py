@@ -236,10 +236,22 @@ def _counts(con: duckdb.DuckDBPyConnection) -> dict[str, int]:
     return {str(k): int(v) for k, v in con.sql(sql).fetchall()}
 
 
+def results(con: duckdb.DuckDBPyConnection, step: int | None) -> dict[str, Result]:
+    """Every result the report's sections draw, by name (``step``: the lineage shown)."""
+    out = run_all(con, step, COST_QUERIES)
+    out[RECOVERY.name] = recovery(con)
+    return out
+
+
+def open_run(run: Path) -> duckdb.DuckDBPyConnection:
+    """The views over a run directory, or an archive root."""
+    return connect(RunFiles.of_archive(run) if is_archive_root(run) else RunFiles.of_run(run))
+
+
 def build(run: Path, step: int | None = None) -> Report:
     """The audit of the run directory (or archive root) ``run``; ``step``: the step whose lineage
     is shown (default: the last)."""
-    con = connect(RunFiles.of_archive(run) if is_archive_root(run) else RunFiles.of_run(run))
+    con = open_run(run)
     last = last_step(con)
     if step is not None and (last is None or not 1 <= step <= last):
         raise ConfigError(
@@ -248,6 +260,4 @@ def build(run: Path, step: int | None = None) -> Report:
             + "; pass one of them, or leave --step out for the last"
         )
     chosen = step if step is not None else last
-    results = run_all(con, chosen, COST_QUERIES)
-    results[RECOVERY.name] = recovery(con)
-    return Report(run, chosen, _counts(con), sections(results, chosen))
+    return Report(run, chosen, _counts(con), sections(results(con, chosen), chosen))
