@@ -123,14 +123,20 @@ def _cost_sections(r: dict[str, Result]) -> tuple[Section, ...]:
     )
 
 
-def sections(results: dict[str, Result], step: int | None) -> tuple[Section, ...]:
-    """The report's sections, in page order, from every saved query's result."""
-    r = results
+def _bars(name: str, result: Result, label: str, value: str, prefix: str = "") -> charts.Chart:
+    labels = [f"{prefix}{v}" for v in result.column(label)]
+    return charts.bars(name, result.query.title, labels, result.column(value))
 
-    def bars(name: str, result: Result, label: str, value: str, prefix: str = "") -> charts.Chart:
-        labels = [f"{prefix}{v}" for v in result.column(label)]
-        return charts.bars(name, result.query.title, labels, result.column(value))
 
+def _bar_section(title: str, result: Result, name: str, label: str, prefix: str = "") -> Section:
+    """A section of one bar chart of ``result``'s ``label`` column against its mean reward."""
+    return Section(
+        title, result.query.doc, _bars(name, result, label, "mean_reward", prefix), (result,)
+    )
+
+
+def _reward_sections(r: dict[str, Result]) -> tuple[Section, ...]:
+    """Reward per step (train and held-out), by task, by harness and by policy version."""
     train, heldout = r["train_reward_per_step"], r["heldout_reward_per_version"]
     reward_curve = charts.lines(
         "reward_per_step",
@@ -139,28 +145,6 @@ def sections(results: dict[str, Result], step: int | None) -> tuple[Section, ...
          "held-out": _pairs(heldout, "policy_version", "mean_reward")},
         "training step / policy version",
     )  # fmt: skip
-    is_w = r["is_weights_per_step"]
-    is_chart = charts.lines(
-        "is_weights",
-        is_w.query.title,
-        {k: _pairs(is_w, "step", f"is_{k}") for k in ("min", "mean", "max")},
-        "training step",
-    )
-    lat = r["latency_by_dialect"]
-    latency = charts.grouped(
-        "latency_by_dialect",
-        lat.query.title,
-        [str(d) for d in lat.column("dialect")],
-        {p: lat.column(p) for p in ("p50", "p90", "p99")},
-    )
-    tools = r["tool_calls"]
-    lineage_rows = [
-        (str(t), str(ro), str(h), rew)
-        for t, ro, h, rew in zip(
-            *(r["step_lineage"].column(c) for c in ("task_id", "rollout_id", "harness", "reward")),
-            strict=True,
-        )
-    ]
     return (
         Section(
             "Reward per step",
@@ -169,47 +153,88 @@ def sections(results: dict[str, Result], step: int | None) -> tuple[Section, ...
             reward_curve,
             (train, heldout),
         ),
-        Section("Reward by task", r["reward_by_task"].query.doc,
-                bars("reward_by_task", r["reward_by_task"], "task_id", "mean_reward"),
-                (r["reward_by_task"],)),
-        Section("Reward by harness", r["reward_by_harness"].query.doc,
-                bars("reward_by_harness", r["reward_by_harness"], "harness", "mean_reward"),
-                (r["reward_by_harness"],)),
-        Section("Reward by policy version", r["reward_by_policy_version"].query.doc,
-                bars("reward_by_policy_version", r["reward_by_policy_version"],
-                     "policy_version", "mean_reward", "v"),
-                (r["reward_by_policy_version"],)),
-        _recovery_section(r["error_recovery"]),
-        Section("Continuity classes per harness", r["continuity_by_harness"].query.doc,
-                charts.stacked("continuity_by_harness", "Continuity classes per harness",
-                               _nested(r["continuity_by_harness"], "harness", "continuity",
-                                       "calls")),
-                (r["continuity_by_harness"],)),
-        Section("Fork classes per harness", r["fork_classes_by_harness"].query.doc,
-                charts.stacked("fork_classes_by_harness", "Fork classes per harness",
-                               _nested(r["fork_classes_by_harness"], "harness", "mismatch",
-                                       "forks")),
-                (r["fork_classes_by_harness"],)),
+        _bar_section("Reward by task", r["reward_by_task"], "reward_by_task", "task_id"),
+        _bar_section("Reward by harness", r["reward_by_harness"], "reward_by_harness", "harness"),
+        _bar_section(
+            "Reward by policy version",
+            r["reward_by_policy_version"],
+            "reward_by_policy_version",
+            "policy_version",
+            "v",
+        ),
+    )
+
+
+def _stacked_section(title: str, result: Result, row: str, cls: str, value: str) -> Section:
+    """A section of one stacked chart of ``result``: ``value`` per ``row``, split by ``cls``."""
+    name = result.query.name
+    chart = charts.stacked(name, title, _nested(result, row, cls, value))
+    return Section(title, result.query.doc, chart, (result,))
+
+
+def _call_sections(r: dict[str, Result]) -> tuple[Section, ...]:
+    """How the calls went: continuity and fork classes, staleness, importance weights,
+    latency per dialect and tool-call usage."""
+    is_w, lat, tools = r["is_weights_per_step"], r["latency_by_dialect"], r["tool_calls"]
+    is_chart = charts.lines(
+        "is_weights",
+        is_w.query.title,
+        {k: _pairs(is_w, "step", f"is_{k}") for k in ("min", "mean", "max")},
+        "training step",
+    )
+    latency = charts.grouped(
+        "latency_by_dialect",
+        lat.query.title,
+        [str(d) for d in lat.column("dialect")],
+        {p: lat.column(p) for p in ("p50", "p90", "p99")},
+    )
+    tool_chart = charts.stacked(
+        "tool_calls", tools.query.title, _nested(tools, "tool", "harness", "calls")
+    )
+    return (
+        _stacked_section("Continuity classes per harness", r["continuity_by_harness"],
+                         "harness", "continuity", "calls"),
+        _stacked_section("Fork classes per harness", r["fork_classes_by_harness"],
+                         "harness", "mismatch", "forks"),
         Section("Staleness", r["staleness"].query.doc,
-                bars("staleness", r["staleness"], "lag", "episodes", "lag "),
-                (r["staleness"],)),
+                _bars("staleness", r["staleness"], "lag", "episodes", "lag "), (r["staleness"],)),
         Section("Importance-sampling weights", is_w.query.doc, is_chart, (is_w,)),
         Section("Latency per dialect", lat.query.doc, latency, (lat,)),
-        Section("Tool-call usage", tools.query.doc,
-                charts.stacked("tool_calls", tools.query.title,
-                               _nested(tools, "tool", "harness", "calls")),
-                (tools,)),
+        Section("Tool-call usage", tools.query.doc, tool_chart, (tools,)),
+    )  # fmt: skip
+
+
+def _lineage_sections(r: dict[str, Result], step: int | None) -> tuple[Section, ...]:
+    """What never made it into training, and the lineage of step ``step``."""
+    lineage = r["step_lineage"]
+    rows = [
+        (str(t), str(ro), str(h), rew)
+        for t, ro, h, rew in zip(
+            *(lineage.column(c) for c in ("task_id", "rollout_id", "harness", "reward")),
+            strict=True,
+        )
+    ]
+    return (
         Section("Rollouts without a reward and dead letters",
                 "Rollouts that never got a reward (by their last phase) and episodes the "
                 "pipeline could not make trainable (by reason).",
                 _failures(r["rollouts_without_reward"], r["dead_letters"]),
                 (r["rollouts_without_reward"], r["dead_letters"])),
-        Section(f"Lineage of step {'-' if step is None else step}",
-                r["step_lineage"].query.doc,
-                charts.lineage("step_lineage", "Lineage of a training step", step, lineage_rows),
-                (r["step_lineage"],)),
-        *_cost_sections(r),
+        Section(f"Lineage of step {'-' if step is None else step}", lineage.query.doc,
+                charts.lineage("step_lineage", "Lineage of a training step", step, rows),
+                (lineage,)),
     )  # fmt: skip
+
+
+def sections(results: dict[str, Result], step: int | None) -> tuple[Section, ...]:
+    """The report's sections, in page order, from every saved query's result."""
+    return (
+        *_reward_sections(results),
+        _recovery_section(results["error_recovery"]),
+        *_call_sections(results),
+        *_lineage_sections(results, step),
+        *_cost_sections(results),
+    )
 
 
 CHART_NAMES: Sequence[str] = (
