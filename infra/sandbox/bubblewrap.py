@@ -152,6 +152,33 @@ def _output(spec: SandboxSpec) -> Iterator[tuple[BinaryIO, BinaryIO]]:
                 yield out, err
 
 
+@dataclasses.dataclass
+class _Seen:
+    """What one run saw: bwrap's status (its init's pid, namespaces), how it ended, its
+    sandbox's init and when it started (seconds from the launch), or why it could not start."""
+
+    status: dict[str, int] = dataclasses.field(default_factory=dict)
+    code: int | None = None
+    timed_out: bool = False
+    duration: float = 0.0
+    started: float | None = None
+    init: Init | None = None
+    start_error: str | None = None
+
+
+def _refuse(spec: SandboxSpec, sandbox_id: str) -> SandboxResult | None:
+    """A failed start, before anything runs, when the spec cannot start; its output files say
+    why (and hold no stale output of an earlier run)."""
+    for path in (spec.stdout, spec.stderr):
+        path.parent.mkdir(parents=True, exist_ok=True)
+    problem = layout.cannot_start(spec)
+    if problem is None:
+        return None
+    spec.stdout.write_bytes(b"")
+    spec.stderr.write_text(f"openforge-sandbox: {problem}\n")
+    return SandboxResult(SandboxOutcome.FAILED_TO_START, None, 0.0, problem, sandbox_id)
+
+
 class BubblewrapSandbox(SandboxBackend):
     """Runs each spec in a fresh bwrap sandbox; see the module docstring for the guarantees."""
 
@@ -234,29 +261,43 @@ class BubblewrapSandbox(SandboxBackend):
             )
         bwrap = bwrap_binary(self.bwrap)
         sandbox_id = f"{os.getpid()}.sandbox.{uuid.uuid4().hex[:12]}"
-        for path in (spec.stdout, spec.stderr):
-            path.parent.mkdir(parents=True, exist_ok=True)
-        problem = layout.cannot_start(spec)
-        if problem is not None:  # no stale output from an earlier run: the files say why
-            spec.stdout.write_bytes(b"")
-            spec.stderr.write_text(f"openforge-sandbox: {problem}\n")
-            return SandboxResult(SandboxOutcome.FAILED_TO_START, None, 0.0, problem, sandbox_id)
+        refused = _refuse(spec, sandbox_id)
+        if refused is not None:
+            return refused
+        seen = _Seen()
         cg: cgroups.SandboxCgroup | None = None
-        init: Init | None = None
-        status: dict[str, int] = {}
-        status_r = -1
-        code: int | None = None
-        timed_out = False
-        started: float | None = None  # seconds to the sandbox's init (its command's start)
         try:
             if self.limits_by is LimitEnforcement.CGROUP_V1:
                 memory = spec.limits.memory_mib * 2**20
                 name = sandbox_id.rsplit(".", 1)[1]
                 cg = cgroups.SandboxCgroup(name, memory, spec.limits.max_processes)
-            wrapper = self._limit_wrapper(spec, cg)
-            start = time.monotonic()
-            with _output(spec) as (out, err):
-                status_r, status_w = os.pipe()
+            self._launch(spec, bwrap, sandbox_id, cg, seen)
+        finally:
+            with self._running_lock:
+                self._running.pop(sandbox_id, None)
+            if seen.init is not None:
+                seen.init.wait_dead()
+            counters = self._clean_up(cg, sandbox_id)
+        if seen.start_error is not None:
+            return SandboxResult(
+                SandboxOutcome.FAILED_TO_START, None, 0.0, seen.start_error, sandbox_id
+            )
+        return self._result(spec, sandbox_id, seen, counters)
+
+    def _launch(
+        self,
+        spec: SandboxSpec,
+        bwrap: Path,
+        sandbox_id: str,
+        cg: cgroups.SandboxCgroup | None,
+        seen: _Seen,
+    ) -> None:
+        """Start bwrap (under the limit wrapper) and watch it to its end or the deadline."""
+        wrapper = self._limit_wrapper(spec, cg)
+        start = time.monotonic()
+        with _output(spec) as (out, err):
+            status_r, status_w = os.pipe()
+            try:
                 argv = wrapper + self.bwrap_argv(spec, bwrap, status_w)
                 try:
                     proc = subprocess.Popen(
@@ -269,51 +310,63 @@ class BubblewrapSandbox(SandboxBackend):
                         pass_fds=(status_w,),
                     )
                 except OSError as exc:
-                    message = f"cannot start bwrap ({argv[0]}): {exc}"
-                    return SandboxResult(
-                        SandboxOutcome.FAILED_TO_START, None, 0.0, message, sandbox_id
-                    )
+                    seen.start_error = f"cannot start bwrap ({argv[0]}): {exc}"
+                    return
                 finally:
                     os.close(status_w)
-                inits: list[Init] = []
-                with self._running_lock:
-                    self._running[sandbox_id] = (proc, inits)
-                try:
-                    status = read_status(status_r, start + spec.timeout_s)
-                    if "child-pid" in status:
-                        started = time.monotonic() - start
-                        init = Init(status["child-pid"])
-                        with self._running_lock:
-                            inits.append(init)
-                    if exits_within(proc, start + spec.timeout_s - time.monotonic()):
-                        code = proc.wait()
-                    else:
-                        timed_out = True
-                finally:
-                    self._stop(proc, init)
-            duration = time.monotonic() - start
-        finally:
-            with self._running_lock:
-                self._running.pop(sandbox_id, None)
-            if status_r >= 0:
+                self._watch(proc, status_r, start + spec.timeout_s, sandbox_id, seen)
+            finally:
                 os.close(status_r)
-            if init is not None:
-                init.wait_dead()
-            counters = self._clean_up(cg, sandbox_id)
+        seen.duration = time.monotonic() - start
+        if seen.started is not None:
+            seen.started -= start
+
+    def _watch(
+        self,
+        proc: subprocess.Popen[bytes],
+        status_r: int,
+        deadline: float,
+        sandbox_id: str,
+        seen: _Seen,
+    ) -> None:
+        """bwrap's status (its init's pid), then its exit or the deadline; bwrap stopped after."""
+        inits: list[Init] = []
+        with self._running_lock:
+            self._running[sandbox_id] = (proc, inits)
+        try:
+            seen.status = read_status(status_r, deadline)
+            if "child-pid" in seen.status:
+                seen.started = time.monotonic()
+                seen.init = Init(seen.status["child-pid"])
+                with self._running_lock:
+                    inits.append(seen.init)
+            if exits_within(proc, deadline - time.monotonic()):
+                seen.code = proc.wait()
+            else:
+                seen.timed_out = True
+        finally:
+            self._stop(proc, seen.init)
+
+    def _result(
+        self, spec: SandboxSpec, sandbox_id: str, seen: _Seen, counters: Counters
+    ) -> SandboxResult:
+        """The outcome of a sandbox that ran, its outputs collected."""
         collect(spec, None)  # paths under the mounts; the rest was on tmpfs, gone with it
         namespaces = {
-            k.removesuffix("-namespace"): v for k, v in status.items() if k.endswith("-namespace")
+            k.removesuffix("-namespace"): v
+            for k, v in seen.status.items()
+            if k.endswith("-namespace")
         }
-        first = self._own_complaint(spec) if code in (1, 125, 127) else None
+        first = self._own_complaint(spec) if seen.code in (1, 125, 127) else None
         result = classify(
             spec,
             sandbox_id,
-            code,
-            timed_out,
-            duration,
+            seen.code,
+            seen.timed_out,
+            seen.duration,
             counters,
             start_error=first,
-            start_s=started,
+            start_s=seen.started,
         )
         return dataclasses.replace(result, namespaces=namespaces)
 
