@@ -124,77 +124,113 @@ def _pip_requirements(command: str) -> list[str] | None:
     return reqs or None
 
 
-def parse(path: Path) -> ImagePlan:
-    """The plan of the Dockerfile at ``path``; TaskError naming the line for anything else."""
-    text = path.read_text()
+class _Unsupported(Exception):
+    """An instruction outside the subset; the message says what of it."""
+
+
+@dataclass
+class _Draft:
+    """The plan so far, one instruction at a time."""
+
     base: str | None = None
     workdir: str | None = None
-    copies: list[Copy] = []
-    env: dict[str, str] = {}
-    reqs: list[str] = []
-    noted: list[str] = []
+    copies: list[Copy] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+    reqs: list[str] = field(default_factory=list)
+    noted: list[str] = field(default_factory=list)
 
-    def refuse(number: int, instruction: str, why: str) -> TaskError:
-        return TaskError(
-            f"{path}:{number}: `{instruction}`: {why}; the local backend cannot build this image: "
-            f"{REFUSAL_ADVICE}"
-        )
+    def in_workdir(self, path: str) -> str:
+        return posixpath.join(self.workdir or "/", path)
 
-    for number, instruction in _logical_lines(text):
+
+def _from(draft: _Draft, keyword: str, rest: str, number: int) -> None:
+    if draft.base is not None:
+        raise _Unsupported("a multi-stage build")
+    draft.base = rest.split()[0] if rest else ""
+
+
+def _workdir(draft: _Draft, keyword: str, rest: str, number: int) -> None:
+    target = draft.in_workdir(rest) if rest else ""
+    if not target.startswith("/") or "$" in target:
+        raise _Unsupported("WORKDIR must be a plain path")
+    draft.workdir = posixpath.normpath(target)
+
+
+def _copy(draft: _Draft, keyword: str, rest: str, number: int) -> None:
+    args = _args(rest)
+    flags = [a for a in args if a.startswith("--")]
+    if any(f.startswith("--from") or not f.startswith(("--chown", "--chmod")) for f in flags):
+        raise _Unsupported(f"{keyword} with {' '.join(flags)}")
+    args = [a for a in args if not a.startswith("--")]
+    if len(args) < 2:
+        raise _Unsupported(f"{keyword} needs a source and a destination")
+    *sources, dest = args
+    if keyword == "ADD" and any("://" in s or s.endswith((".tar", ".tgz", ".gz")) for s in sources):
+        raise _Unsupported("ADD of a URL or an archive")
+    if any(s.startswith("/") or ".." in Path(s).parts for s in sources):
+        raise _Unsupported("a source outside the build context")
+    absolute = dest if dest.startswith("/") else draft.in_workdir(dest)
+    keep_slash = dest.endswith("/") or dest in (".", "./")
+    absolute = posixpath.normpath(absolute) + ("/" if keep_slash else "")
+    draft.copies.append(Copy(tuple(sources), absolute, number))
+
+
+def _env(draft: _Draft, keyword: str, rest: str, number: int) -> None:
+    try:
+        words = shlex.split(rest)
+    except ValueError as exc:
+        raise _Unsupported(f"cannot read it ({exc})") from exc
+    if words and "=" not in words[0]:
+        draft.env[words[0]] = " ".join(words[1:])  # the legacy form: ENV KEY value words
+        return
+    for word in words:
+        key, sep, value = word.partition("=")
+        if not sep or not key:
+            raise _Unsupported("ENV KEY=VALUE expected")
+        draft.env[key] = value
+
+
+def _run(draft: _Draft, keyword: str, rest: str, number: int) -> None:
+    command = " ".join(_args(rest)) if rest.startswith("[") else rest
+    found = _pip_requirements(command)
+    if found is None:
+        raise _Unsupported("RUN of anything but `pip install PACKAGES`")
+    draft.reqs += found
+
+
+_HONOURED = {
+    "FROM": _from,
+    "WORKDIR": _workdir,
+    "COPY": _copy,
+    "ADD": _copy,
+    "ENV": _env,
+    "RUN": _run,
+}
+
+
+def parse(path: Path) -> ImagePlan:
+    """The plan of the Dockerfile at ``path``; TaskError naming the line for anything else."""
+    draft = _Draft()
+    for number, instruction in _logical_lines(path.read_text()):
         keyword, _, rest = instruction.partition(" ")
         keyword, rest = keyword.upper(), rest.strip()
-        if keyword == "FROM":
-            if base is not None:
-                raise refuse(number, instruction, "a multi-stage build")
-            base = rest.split()[0] if rest else ""
-        elif keyword == "WORKDIR":
-            target = posixpath.join(workdir or "/", rest) if rest else ""
-            if not target.startswith("/") or "$" in target:
-                raise refuse(number, instruction, "WORKDIR must be a plain path")
-            workdir = posixpath.normpath(target)
-        elif keyword in ("COPY", "ADD"):
-            args = _args(rest)
-            if any(a.startswith("--") for a in args):
-                flags = [a for a in args if a.startswith("--")]
-                if any(f.startswith("--from") for f in flags) or any(
-                    not f.startswith(("--chown", "--chmod")) for f in flags
-                ):
-                    raise refuse(number, instruction, f"{keyword} with {' '.join(flags)}")
-                args = [a for a in args if not a.startswith("--")]
-            if len(args) < 2:
-                raise refuse(number, instruction, f"{keyword} needs a source and a destination")
-            *sources, dest = args
-            if keyword == "ADD" and any(
-                "://" in s or s.endswith((".tar", ".tgz", ".gz")) for s in sources
-            ):
-                raise refuse(number, instruction, "ADD of a URL or an archive")
-            if any(s.startswith("/") or ".." in Path(s).parts for s in sources):
-                raise refuse(number, instruction, "a source outside the build context")
-            absolute = dest if dest.startswith("/") else posixpath.join(workdir or "/", dest)
-            keep_slash = dest.endswith("/") or dest in (".", "./")
-            absolute = posixpath.normpath(absolute) + ("/" if keep_slash else "")
-            copies.append(Copy(tuple(sources), absolute, number))
-        elif keyword == "ENV":
-            try:
-                words = shlex.split(rest)
-            except ValueError as exc:
-                raise refuse(number, instruction, f"cannot read it ({exc})") from exc
-            if words and "=" not in words[0]:
-                env[words[0]] = " ".join(words[1:])  # the legacy form: ENV KEY value words
+        try:
+            if keyword in _HONOURED:
+                _HONOURED[keyword](draft, keyword, rest, number)
+            elif keyword in NOTED:
+                draft.noted.append(instruction)
             else:
-                for word in words:
-                    key, sep, value = word.partition("=")
-                    if not sep or not key:
-                        raise refuse(number, instruction, "ENV KEY=VALUE expected")
-                    env[key] = value
-        elif keyword == "RUN":
-            command = " ".join(_args(rest)) if rest.startswith("[") else rest
-            found = _pip_requirements(command)
-            if found is None:
-                raise refuse(number, instruction, "RUN of anything but `pip install PACKAGES`")
-            reqs += found
-        elif keyword in NOTED:
-            noted.append(instruction)
-        else:
-            raise refuse(number, instruction, f"{keyword} is outside the supported subset")
-    return ImagePlan(base, workdir, tuple(copies), env, tuple(reqs), tuple(noted))
+                raise _Unsupported(f"{keyword} is outside the supported subset")
+        except _Unsupported as exc:
+            raise TaskError(
+                f"{path}:{number}: `{instruction}`: {exc}; the local backend cannot build this "
+                f"image: {REFUSAL_ADVICE}"
+            ) from exc.__cause__
+    return ImagePlan(
+        draft.base,
+        draft.workdir,
+        tuple(draft.copies),
+        draft.env,
+        tuple(draft.reqs),
+        tuple(draft.noted),
+    )
