@@ -23,7 +23,7 @@ import subprocess
 import tempfile
 import time
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -166,10 +166,21 @@ class LocalKube(LocalService):
         return proc
 
     def _start_all(self, bin_dir: Path, upstream_stages: Path) -> None:
-        p, run = self.pki, self.root
+        """etcd, then the API server, then the controllers and kwok; its nodes made ready."""
+        self._start_etcd(bin_dir)
+        self._start_apiserver(bin_dir)
+        ready = self._start_controllers(bin_dir)
+        self._start_kwok(bin_dir, upstream_stages)
+        for wait in ready:
+            wait()
+        for n in range(self.nodes):
+            self._create_node(f"kwok-node-{n}")
+        self._wait_nodes_ready()
+
+    def _start_etcd(self, bin_dir: Path) -> None:
         peer = free_port()
         etcd = self._spawn("etcd", [
-            str(bin_dir / "etcd"), "--name=local", f"--data-dir={run / 'etcd'}",
+            str(bin_dir / "etcd"), "--name=local", f"--data-dir={self.root / 'etcd'}",
             "--unsafe-no-fsync", f"--listen-client-urls={self.etcd_url}",
             f"--advertise-client-urls={self.etcd_url}",
             f"--listen-peer-urls=http://127.0.0.1:{peer}",
@@ -178,6 +189,9 @@ class LocalKube(LocalService):
             "--listen-metrics-urls=", "--log-level=warn",
         ])  # fmt: skip
         etcd.wait_ready(lambda: self._get(f"{self.etcd_url}/health"), self.ready_timeout)
+
+    def _start_apiserver(self, bin_dir: Path) -> None:
+        p = self.pki
         api = self._spawn("kube-apiserver", [
             str(bin_dir / "kube-apiserver"), f"--etcd-servers={self.etcd_url}",
             "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
@@ -201,6 +215,10 @@ class LocalKube(LocalService):
             *self.apiserver_args,
         ])  # fmt: skip
         api.wait_ready(lambda: self._get(f"{self.server}/readyz", tls=True), self.ready_timeout)
+
+    def _start_controllers(self, bin_dir: Path) -> list[Callable[[], None]]:
+        """The controller-manager and the scheduler, started; what waits for each to be ready."""
+        p, run = self.pki, self.root
         common = [
             f"--kubeconfig={self.kubeconfig}", f"--authentication-kubeconfig={self.kubeconfig}",
             f"--authorization-kubeconfig={self.kubeconfig}", "--bind-address=127.0.0.1",
@@ -217,6 +235,19 @@ class LocalKube(LocalService):
             str(bin_dir / "kube-scheduler"), *common, f"--secure-port={sched_port}",
             f"--cert-dir={run / 'sched-certs'}",
         ])  # fmt: skip
+        return [
+            lambda: kcm.wait_ready(
+                lambda: self._get(f"https://127.0.0.1:{kcm_port}/healthz", tls=False),
+                self.ready_timeout,
+            ),
+            lambda: sched.wait_ready(
+                lambda: self._get(f"https://127.0.0.1:{sched_port}/healthz", tls=False),
+                self.ready_timeout,
+            ),
+        ]
+
+    def _start_kwok(self, bin_dir: Path, upstream_stages: Path) -> None:
+        p, run = self.pki, self.root
         (run / "kwok.yaml").write_text(stages_yaml(upstream_stages))
         kwok_port = free_port()
         self._spawn("kwok", [
@@ -227,15 +258,6 @@ class LocalKube(LocalService):
             "--node-lease-duration-seconds=40",
             f"--tls-cert-file={p / 'admin.crt'}", f"--tls-private-key-file={p / 'admin.key'}",
         ])  # fmt: skip
-        kcm.wait_ready(lambda: self._get(f"https://127.0.0.1:{kcm_port}/healthz", tls=False),
-                       self.ready_timeout)  # fmt: skip
-        sched.wait_ready(
-            lambda: self._get(f"https://127.0.0.1:{sched_port}/healthz", tls=False),
-            self.ready_timeout,
-        )
-        for n in range(self.nodes):
-            self._create_node(f"kwok-node-{n}")
-        self._wait_nodes_ready()
 
     def _ssl(self, tls: bool) -> ssl.SSLContext:
         if not tls:  # a component's own self-signed serving certificate
