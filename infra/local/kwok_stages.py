@@ -101,84 +101,100 @@ def _stage(name: str, selector: list[dict[str, Any]], template: str) -> dict[str
     }
 
 
-def rollout_stages() -> list[dict[str, Any]]:
-    unscheduled_ip = [
-        {"key": ".spec.nodeName", "operator": "Exists"},
-        {"key": ".status.podIP", "operator": "DoesNotExist"},
-    ]
-    conditions = (
-        "conditions:\n"
-        "- {type: PodScheduled, status: 'True', lastTransitionTime: {{ $now | Quote }}}\n"
-        "- {type: Initialized, status: '%s', lastTransitionTime: {{ $now | Quote }}}\n"
-        "- {type: Ready, status: 'False', lastTransitionTime: {{ $now | Quote }}}\n"
+_UNSCHEDULED_IP = [
+    {"key": ".spec.nodeName", "operator": "Exists"},
+    {"key": ".status.podIP", "operator": "DoesNotExist"},
+]
+_CONDITIONS = (
+    "conditions:\n"
+    "- {type: PodScheduled, status: 'True', lastTransitionTime: {{ $now | Quote }}}\n"
+    "- {type: Initialized, status: '%s', lastTransitionTime: {{ $now | Quote }}}\n"
+    "- {type: Ready, status: 'False', lastTransitionTime: {{ $now | Quote }}}\n"
+)
+_WAITING = "  ready: false\n  state:\n    waiting: {reason: PodInitializing}\n"
+_RUNNING = (
+    "  ready: true\n  started: true\n  state:\n    running: {startedAt: {{ $now | Quote }}}\n"
+)
+
+
+def _started_in(container: str, statuses: str) -> dict[str, str]:
+    """A selector: ``container`` (in the pod's ``statuses`` list) has started running."""
+    return {
+        "key": f'.status.{statuses}.[] | select( .name == "{container}" ) '
+        "| .state.running.startedAt",
+        "operator": "Exists",
+    }
+
+
+def _start_stage() -> dict[str, Any]:
+    """A scheduled pod whose images are there: its init containers start."""
+    return _stage(
+        "openforge-rollout-start",
+        [*_UNSCHEDULED_IP, {"key": _AGENT_IMAGE, "operator": "NotIn", "values": [MISSING_IMAGE]}],
+        "phase: Pending\n"
+        + _ADDRESSES
+        + _CONDITIONS % "False"
+        + _init_statuses(
+            "  ready: false\n  started: true\n  state:\n"
+            "    running: {startedAt: {{ $now | Quote }}}\n"
+        )
+        + _verifier(_WAITING),
     )
-    waiting = "  ready: false\n  state:\n    waiting: {reason: PodInitializing}\n"
-    return [
-        _stage(
-            "openforge-rollout-start",
-            [
-                *unscheduled_ip,
-                {"key": _AGENT_IMAGE, "operator": "NotIn", "values": [MISSING_IMAGE]},
-            ],
-            "phase: Pending\n"
-            + _ADDRESSES
-            + conditions % "False"
-            + _init_statuses(
-                "  ready: false\n  started: true\n  state:\n"
-                "    running: {startedAt: {{ $now | Quote }}}\n"
-            )
-            + _verifier(waiting),
+
+
+def _image_missing_stage() -> dict[str, Any]:
+    """A scheduled pod whose agent image no node has: it waits in ErrImagePull."""
+    return _stage(
+        "openforge-rollout-image-missing",
+        [*_UNSCHEDULED_IP, {"key": _AGENT_IMAGE, "operator": "In", "values": [MISSING_IMAGE]}],
+        "phase: Pending\n"
+        + _ADDRESSES
+        + _CONDITIONS % "False"
+        + _init_statuses(
+            "  ready: false\n  state:\n    waiting:\n      reason: ErrImagePull\n"
+            '      message: {{ printf "failed to pull image %s: not found" .image | Quote }}\n'
+        )
+        + _verifier(_WAITING),
+    )
+
+
+def _agent_exit_stage() -> dict[str, Any]:
+    """The agent's exit, once its message is there: the verifier runs."""
+    return _stage(
+        "openforge-rollout-agent-exit",
+        [
+            _started_in("agent", "initContainerStatuses"),
+            {"key": f'.metadata.annotations["{AGENT_MESSAGE}"]', "operator": "Exists"},
+        ],
+        "phase: Running\n"
+        + _CONDITIONS % "True"
+        + _init_statuses(_AGENT_DONE)
+        + _verifier(_RUNNING),
+    )
+
+
+def _verifier_exit_stage() -> dict[str, Any]:
+    """The verifier's exit, once its message is there: the pod succeeded."""
+    return _stage(
+        "openforge-rollout-verifier-exit",
+        [
+            _started_in("verifier", "containerStatuses"),
+            {"key": f'.metadata.annotations["{VERIFIER_MESSAGE}"]', "operator": "Exists"},
+        ],
+        "phase: Succeeded\n"
+        + _CONDITIONS % "True"
+        + _init_statuses(_AGENT_DONE)
+        + _verifier(
+            "  ready: false\n  state:\n    terminated: {exitCode: 0, reason: Completed, "
+            "startedAt: {{ $now | Quote }}, finishedAt: {{ $now | Quote }}, "
+            f"message: {_message(VERIFIER_MESSAGE)}}}\n"
         ),
-        _stage(
-            "openforge-rollout-image-missing",
-            [*unscheduled_ip, {"key": _AGENT_IMAGE, "operator": "In", "values": [MISSING_IMAGE]}],
-            "phase: Pending\n"
-            + _ADDRESSES
-            + conditions % "False"
-            + _init_statuses(
-                "  ready: false\n  state:\n    waiting:\n      reason: ErrImagePull\n"
-                '      message: {{ printf "failed to pull image %s: not found" .image | Quote }}\n'
-            )
-            + _verifier(waiting),
-        ),
-        _stage(
-            "openforge-rollout-agent-exit",
-            [
-                {
-                    "key": '.status.initContainerStatuses.[] | select( .name == "agent" ) '
-                    "| .state.running.startedAt",
-                    "operator": "Exists",
-                },
-                {"key": f'.metadata.annotations["{AGENT_MESSAGE}"]', "operator": "Exists"},
-            ],
-            "phase: Running\n"
-            + conditions % "True"
-            + _init_statuses(_AGENT_DONE)
-            + _verifier(
-                "  ready: true\n  started: true\n  state:\n"
-                "    running: {startedAt: {{ $now | Quote }}}\n"
-            ),
-        ),
-        _stage(
-            "openforge-rollout-verifier-exit",
-            [
-                {
-                    "key": '.status.containerStatuses.[] | select( .name == "verifier" ) '
-                    "| .state.running.startedAt",
-                    "operator": "Exists",
-                },
-                {"key": f'.metadata.annotations["{VERIFIER_MESSAGE}"]', "operator": "Exists"},
-            ],
-            "phase: Succeeded\n"
-            + conditions % "True"
-            + _init_statuses(_AGENT_DONE)
-            + _verifier(
-                "  ready: false\n  state:\n    terminated: {exitCode: 0, reason: Completed, "
-                "startedAt: {{ $now | Quote }}, finishedAt: {{ $now | Quote }}, "
-                f"message: {_message(VERIFIER_MESSAGE)}}}\n"
-            ),
-        ),
-    ]
+    )
+
+
+def rollout_stages() -> list[dict[str, Any]]:
+    """kwok's stages for a rollout pod, in the order a pod goes through them."""
+    return [_start_stage(), _image_missing_stage(), _agent_exit_stage(), _verifier_exit_stage()]
 
 
 def stages_yaml(upstream: Path) -> str:
