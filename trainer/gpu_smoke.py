@@ -70,8 +70,8 @@ def max_diff(a: torch.Tensor, b: torch.Tensor, mask: torch.Tensor) -> float:
     return float((a - b)[mask].abs().max())
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def _arguments(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--model", type=Path, help="HF model dir (default: build the tiny one)")
     parser.add_argument("--episodes", type=int, default=16)
     parser.add_argument("--steps", type=int, default=3)
@@ -80,22 +80,78 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--strategy", default="fsdp2")
     parser.add_argument("--tolerance", type=float, default=None, help="logprob check tolerance")
     parser.add_argument("--out", type=Path, help="write the JSON summary here too")
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def _model_dir(given: Path | None) -> Path:
+    """``given``, or the tiny model: built by rank 0, waited for by the other ranks."""
+    if given is not None:
+        return given
+    from infra.paths import default_tiny_dir
+    from infra.tiny_model import build_tiny_model
+
+    model_dir = default_tiny_dir(0)
+    if os.environ.get("RANK", "0") == "0":
+        build_tiny_model(model_dir, seed=0)
+    deadline = time.monotonic() + 300
+    while not (model_dir / "openforge-tiny.json").exists():  # other ranks: wait for rank 0
+        if time.monotonic() > deadline:
+            raise SystemExit(f"the tiny model did not appear in {model_dir}")
+        time.sleep(0.5)
+    return model_dir
+
+
+def _train(backend: VerlBackend, batch: TrainBatch, steps: int) -> list[dict[str, Any]]:
+    """``steps`` updates on ``batch``, each timed, with its loss, gradient norm and IS weight."""
+    out = []
+    for _ in range(steps):
+        t = time.perf_counter()
+        metrics = backend.train_step(batch, AlgorithmConfig())
+        out.append(
+            {
+                "seconds": round(time.perf_counter() - t, 3),
+                "pg_loss": metrics.get("actor/pg_loss"),
+                "grad_norm": metrics.get("actor/grad_norm"),
+                "is_weight_mean": metrics.get("rollout_corr/rollout_is_mean"),
+            }
+        )
+    return out
+
+
+def _export_diff(backend: VerlBackend, batch: TrainBatch, after: torch.Tensor) -> float | None:
+    """The exported weights' largest logprob difference from the engine's (rank 0; others:
+    None), exported into a directory rank 0 chose."""
+    with tempfile.TemporaryDirectory(prefix="openforge-smoke-") as tmp:
+        shared: list[Any] = [tmp]
+        dist.broadcast_object_list(shared, src=0)
+        export = backend.export_for_inference(Path(shared[0]) / "export")
+        diff = None
+        if backend.rank == 0:
+            diff = max_diff(hf_logprobs(export, batch), after, batch.response_mask.bool())
+        dist.barrier()
+    return diff
+
+
+def _finish(summary: dict[str, Any], out: Path | None, rank0: bool) -> int:
+    """Rank 0 prints (and writes) the summary; every rank exits by rank 0's verdict."""
+    ok = all(summary["checks"].values())
+    if rank0:
+        summary["ok"] = ok
+        text = json.dumps(summary, indent=2)
+        print(text)
+        if out:
+            out.write_text(text)
+    ok_all: list[Any] = [ok]
+    dist.broadcast_object_list(ok_all, src=0)
+    dist.barrier()
+    dist.destroy_process_group()
+    return 0 if ok_all[0] else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _arguments(argv)
     tol = args.tolerance or (2e-3 if args.param_dtype == "fp32" else 0.25)
-
-    model_dir = args.model
-    if model_dir is None:
-        from infra.paths import default_tiny_dir
-        from infra.tiny_model import build_tiny_model
-
-        model_dir = default_tiny_dir(0)
-        if os.environ.get("RANK", "0") == "0":
-            build_tiny_model(model_dir, seed=0)
-        deadline = time.monotonic() + 300
-        while not (model_dir / "openforge-tiny.json").exists():  # other ranks: wait for rank 0
-            if time.monotonic() > deadline:
-                raise SystemExit(f"the tiny model did not appear in {model_dir}")
-            time.sleep(0.5)
+    model_dir = _model_dir(args.model)
     t0 = time.perf_counter()
     backend = VerlBackend(
         model_dir,
@@ -106,63 +162,31 @@ def main(argv: list[str] | None = None) -> int:
 
     vocab = int(AutoConfig.from_pretrained(str(model_dir)).vocab_size)
     batch = to_batch(synthetic_episodes(args.episodes, vocab))
-    mask = batch.response_mask.bool()
-    rank0 = backend.rank == 0
+    mask, rank0 = batch.response_mask.bool(), backend.rank == 0
+    checks: dict[str, bool] = {}
     summary: dict[str, Any] = {
         "device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu",
         "world_size": dist.get_world_size(),
         "model": str(model_dir),
         "param_dtype": args.param_dtype,
         "engine_build_s": round(build_s, 2),
-        "checks": {},
+        "checks": checks,
     }
-    checks: dict[str, bool] = summary["checks"]
-
     before = backend.logprobs(batch)
     if rank0:
-        diff = max_diff(before, reference_logprobs(model_dir, batch), mask)
-        summary["reference_max_abs_diff"] = diff
-        checks["engine_matches_reference"] = diff < tol
-
-    steps = []
-    for _ in range(args.steps):
-        t = time.perf_counter()
-        metrics = backend.train_step(batch, AlgorithmConfig())
-        steps.append(
-            {
-                "seconds": round(time.perf_counter() - t, 3),
-                "pg_loss": metrics.get("actor/pg_loss"),
-                "grad_norm": metrics.get("actor/grad_norm"),
-                "is_weight_mean": metrics.get("rollout_corr/rollout_is_mean"),
-            }
+        summary["reference_max_abs_diff"] = max_diff(
+            before, reference_logprobs(model_dir, batch), mask
         )
-    summary["steps"] = steps
+        checks["engine_matches_reference"] = summary["reference_max_abs_diff"] < tol
+    summary["steps"] = _train(backend, batch, args.steps)
     after = backend.logprobs(batch)
-    checks["finite_losses"] = all(np.isfinite(s["pg_loss"] or 0.0) for s in steps)
+    checks["finite_losses"] = all(np.isfinite(s["pg_loss"] or 0.0) for s in summary["steps"])
     checks["weights_changed"] = max_diff(after, before, mask) > 1e-4
-
-    with tempfile.TemporaryDirectory(prefix="openforge-smoke-") as tmp:
-        shared: list[Any] = [tmp]
-        dist.broadcast_object_list(shared, src=0)
-        export = backend.export_for_inference(Path(shared[0]) / "export")
-        if rank0:
-            diff = max_diff(hf_logprobs(export, batch), after, mask)
-            summary["export_max_abs_diff"] = diff
-            checks["export_matches_engine"] = diff < tol
-        dist.barrier()
-
-    ok = all(checks.values())
-    if rank0:
-        summary["ok"] = ok
-        text = json.dumps(summary, indent=2)
-        print(text)
-        if args.out:
-            args.out.write_text(text)
-    ok_all: list[Any] = [ok]
-    dist.broadcast_object_list(ok_all, src=0)
-    dist.barrier()
-    dist.destroy_process_group()
-    return 0 if ok_all[0] else 1
+    export_diff = _export_diff(backend, batch, after)
+    if export_diff is not None:
+        summary["export_max_abs_diff"] = export_diff
+        checks["export_matches_engine"] = export_diff < tol
+    return _finish(summary, args.out, rank0)
 
 
 if __name__ == "__main__":
