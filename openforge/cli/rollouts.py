@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import signal
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -14,9 +16,12 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from infra.harnesses import Harness
+    from infra.proxy_client import ProxyAdmin
     from infra.tasks import Task
+    from orchestrator.backend import RolloutBackend, RunProxy
     from orchestrator.plan import PlannedRollout
-    from orchestrator.run import Orchestrator
+    from orchestrator.registry import RolloutBackendConfig
+    from orchestrator.run import Orchestrator, OrchestratorConfig
     from orchestrator.rundir import RolloutOutcome
 
 app = typer.Typer(help="Run rollouts of Harbor tasks in sandboxes.", no_args_is_help=True)
@@ -122,10 +127,8 @@ def run(
     from orchestrator.kube_pod import PodSettings
     from orchestrator.kubernetes import KubeOptions
     from orchestrator.local import LocalConfig
-    from orchestrator.plan import plan
-    from orchestrator.registry import RolloutBackendConfig, build_backend
-    from orchestrator.run import Orchestrator, OrchestratorConfig
-    from orchestrator.rundir import RunDir
+    from orchestrator.registry import RolloutBackendConfig
+    from orchestrator.run import OrchestratorConfig
     from schemas.registry import choose
 
     console = Console()
@@ -138,53 +141,27 @@ def run(
     # SIGTERM unwinds like Ctrl-C: sandboxes, the proxy and vLLM are stopped, not orphaned.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     out.mkdir(parents=True, exist_ok=True)
-
-    def backend_config(proxy_url: str) -> RolloutBackendConfig:
-        """Every backend's section from its own options; only the chosen one is read."""
-        local = LocalConfig(
+    # Every backend's section from its own options; only the chosen one is read. The pods'
+    # proxy URL is the run's own proxy unless --kube-proxy-url says otherwise.
+    section = RolloutBackendConfig(
+        name=backend_name,
+        local=LocalConfig(
             allow_internet_tasks=allow_internet_tasks,
             max_workspace_bytes=int(max_workspace_mb * (1 << 20)),
             sandbox=sandbox_mode,
             images=ImagePolicy(strict=strict_images, pull=pull_images),
-        )
-        pod = PodSettings(
-            namespace=kube_namespace,
-            proxy_url=kube_proxy_url or proxy_url,
-            harness_image=harness_image,
-        )
-        kube = KubeOptions(kubeconfig=kubeconfig, pod=pod)
-        return RolloutBackendConfig(name=backend_name, local=local, kubernetes=kube)
-
-    def orchestrate(run_proxy: RunProxy, admin: ProxyAdmin, model_name: str) -> None:
-        """Each harness in turn on one backend, one proxy and one model server; with several,
-        each in its own run directory under ``out``. Exit 1 when any run failed."""
-        rollout_backend = build_backend(backend_config(run_proxy.url), run_proxy)
-        settings = OrchestratorConfig(
-            concurrency=concurrency, max_attempts=max_attempts, model=model_name
-        )
-        failed = []
-        try:
-            for each in chosen:
-                run_dir = out if len(chosen) == 1 else out / each.name
-                orch = Orchestrator(rollout_backend, each, admin, RunDir(run_dir), settings)
-                label = f"{each.name}: " if len(chosen) > 1 else ""
-                what = f"{len(dataset)} tasks x {n} with {each.name} on the {backend} backend"
-                console.print(
-                    f"{label}{len(dataset) * n} rollouts: {what}; run directory {run_dir}"
-                )
-                if not _play(console, orch, plan(dataset, n, run_id=run_dir.name), label):
-                    failed.append(each.name)
-        finally:
-            rollout_backend.close()
-        if failed:
-            if len(chosen) > 1:
-                console.print(f"[bold red]failed[/]: {', '.join(failed)} (above)")
-            raise typer.Exit(1)
-
+        ),
+        kubernetes=KubeOptions(
+            kubeconfig=kubeconfig,
+            pod=PodSettings(namespace=kube_namespace, harness_image=harness_image),
+        ),
+    )
+    job = _Job(console, chosen, dataset, n, out, backend, section, kube_proxy_url)
+    settings = OrchestratorConfig(concurrency=concurrency, max_attempts=max_attempts)
     if proxy is not None:
         # Sandboxes reach it through its socket; pods over the network (--kube-proxy-url).
         socket = None if proxy_socket is None else ProxyEndpoint(proxy_socket, SANDBOX_PROXY_PORT)
-        orchestrate(RunProxy(proxy, socket), ProxyAdmin(proxy, admin_token), "tiny")
+        job.run_all(RunProxy(proxy, socket), ProxyAdmin(proxy, admin_token), settings, "tiny")
         return
     needs_model = any(h.capabilities.calls_model for h in chosen)
     long = any(isinstance(h, NpmHarness) for h in chosen)
@@ -195,7 +172,72 @@ def run(
         model_dir=model,
         say=console.print,
     ) as stack:
-        orchestrate(RunProxy(stack.admin.url, stack.endpoint), stack.admin, stack.model)
+        run_proxy = RunProxy(stack.admin.url, stack.endpoint)
+        job.run_all(run_proxy, stack.admin, settings, stack.model)
+
+
+@dataclass(frozen=True)
+class _Job:
+    """What ``rollouts run`` plays: each harness in turn, every task ``n`` times, on one
+    backend (``section``), one proxy and one model server."""
+
+    console: Console
+    chosen: list[Harness]
+    dataset: list[Task]
+    n: int
+    out: Path
+    backend: str
+    section: RolloutBackendConfig
+    kube_proxy_url: str | None
+
+    def run_all(
+        self, run_proxy: RunProxy, admin: ProxyAdmin, settings: OrchestratorConfig, model: str
+    ) -> None:
+        """Each harness's run, in its own directory under ``out`` when there are several.
+        Exit 1 when any run failed."""
+        from orchestrator.registry import build_backend
+
+        rollout_backend = build_backend(self._section(run_proxy.url), run_proxy)
+        settings = dataclasses.replace(settings, model=model)
+        failed = []
+        try:
+            for each in self.chosen:
+                if not self._run_one(each, rollout_backend, admin, settings):
+                    failed.append(each.name)
+        finally:
+            rollout_backend.close()
+        if failed:
+            if len(self.chosen) > 1:
+                self.console.print(f"[bold red]failed[/]: {', '.join(failed)} (above)")
+            raise typer.Exit(1)
+
+    def _section(self, proxy_url: str) -> RolloutBackendConfig:
+        kube = self.section.kubernetes
+        pod = dataclasses.replace(kube.pod, proxy_url=self.kube_proxy_url or proxy_url)
+        return dataclasses.replace(self.section, kubernetes=dataclasses.replace(kube, pod=pod))
+
+    def _run_one(
+        self,
+        each: Harness,
+        rollout_backend: RolloutBackend,
+        admin: ProxyAdmin,
+        settings: OrchestratorConfig,
+    ) -> bool:
+        from orchestrator.plan import plan
+        from orchestrator.run import Orchestrator
+        from orchestrator.rundir import RunDir
+
+        several = len(self.chosen) > 1
+        run_dir = self.out / each.name if several else self.out
+        orch = Orchestrator(rollout_backend, each, admin, RunDir(run_dir), settings)
+        label = f"{each.name}: " if several else ""
+        what = (
+            f"{len(self.dataset)} tasks x {self.n} with {each.name} on the {self.backend} backend"
+        )
+        self.console.print(
+            f"{label}{len(self.dataset) * self.n} rollouts: {what}; run directory {run_dir}"
+        )
+        return _play(self.console, orch, plan(self.dataset, self.n, run_id=run_dir.name), label)
 
 
 def _harnesses(names: str) -> list[Harness]:
