@@ -135,6 +135,11 @@ class RolloutBackend(abc.ABC):
         provided)."""
 
     @abc.abstractmethod
+    def runs_in(self, task: Task) -> str:
+        """Where a rollout of ``task`` runs on this backend, in one word for people:
+        ``bubblewrap``, ``container`` or ``pod``."""
+
+    @abc.abstractmethod
     def run(self, job: RolloutJob, on_agent_end: Callable[[AgentEnd], None]) -> Verified:
         """Play ``job`` to its verified end; see the module docstring."""
 

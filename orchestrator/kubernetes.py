@@ -249,6 +249,9 @@ class KubernetesBackend(RolloutBackend):
         where = image or self.settings.harness_image
         return [f"{task.id}: pods in {self.ns}, image {where}"]
 
+    def runs_in(self, task: Task) -> str:
+        return "pod"
+
     def run(self, job: RolloutJob, on_agent_end: Callable[[AgentEnd], None]) -> Verified:
         if self._cancelled.is_set():
             raise InfrastructureError("cancelled")

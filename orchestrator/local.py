@@ -164,6 +164,9 @@ class LocalBackend(RolloutBackend):
         # The task's image is built here, before any start; a refused one raises.
         return said + self.environments.check(task, say=log.info)
 
+    def runs_in(self, task: Task) -> str:
+        return "container" if self.environments.uses_image(task) else "bubblewrap"
+
     def run(self, job: Job, on_agent_end: Callable[[AgentEnd], None]) -> Verified:
         try:
             return self._run(job, on_agent_end)

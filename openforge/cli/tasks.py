@@ -3,9 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from infra.tasks import Task
+    from orchestrator.backend import RolloutBackend
 
 app = typer.Typer(help="Build and check Harbor tasks.", no_args_is_help=True)
 
@@ -81,11 +87,9 @@ def check(
     """Load every task, build its image (or say why not), say where it runs and from which base,
     and run the oracle (the task's own solution) where there is one: a table at the end."""
     from rich.console import Console
-    from rich.table import Table
 
-    from infra.harnesses import NoOp, Oracle
+    from infra.harnesses import Oracle
     from infra.images import ImagePolicy
-    from infra.tasks import Task, dataset_entries, harbor, load_task
     from openforge.cli.userns import enter_for_containers
     from openforge.stack import local_stack
     from orchestrator.backend import RolloutBackendName, RunProxy
@@ -95,38 +99,20 @@ def check(
     from orchestrator.registry import RolloutBackendConfig, build_backend
     from orchestrator.run import Orchestrator, OrchestratorConfig
     from orchestrator.rundir import RunDir
-    from schemas.errors import OpenForgeError
     from schemas.registry import choose
 
-    enter_for_containers(choose(SandboxMode, sandbox, "sandbox"))
+    mode = choose(SandboxMode, sandbox, "sandbox")
+    enter_for_containers(mode)
     console = Console()
-    rows: dict[str, list[str]] = {}
-    runnable: list[Task] = []
     with local_stack(out / "services", needs_model=False, say=lambda _: None) as stack:
         local = LocalConfig(
             allow_internet_tasks=allow_internet_tasks,
-            sandbox=choose(SandboxMode, sandbox, "sandbox"),
+            sandbox=mode,
             images=ImagePolicy(strict=strict_images),
         )
         run_proxy = RunProxy(stack.admin.url, stack.endpoint)
         backend = build_backend(RolloutBackendConfig(RolloutBackendName.LOCAL, local), run_proxy)
-        # Task by task, so that one malformed task does not hide the others.
-        for task_dir, task_split, task_id in dataset_entries(path.resolve()):
-            name = task_id or task_dir.name
-            try:
-                task = load_task(task_dir, task_id=task_id, split=task_split)
-                name = task.id
-                console.print(f"checking {name} ...")
-                notes = backend.check(task, Oracle() if harbor.has_solution(task) else NoOp())
-            except OpenForgeError as exc:  # a malformed task, or one this backend refuses
-                rows[name] = ["refused", str(exc), "-"]
-                continue
-            said = "; ".join(n.split(": ", 1)[1] for n in notes) or "-"
-            rows[name] = [_runs_in(backend, task), said, "-"]
-            if not harbor.has_solution(task):
-                rows[name][2] = "no solution"
-            else:
-                runnable.append(task)
+        rows, runnable = _check_each(console, backend, path)
         if oracle and runnable:
             orch = Orchestrator(
                 backend, Oracle(), stack.admin, RunDir(out), OrchestratorConfig(max_attempts=1)
@@ -135,6 +121,46 @@ def check(
                 rows[outcome.task_id][2] = (
                     f"{outcome.reward:.3f}" if outcome.reward is not None else outcome.status.value
                 )
+    if not _report(console, rows):
+        raise typer.Exit(1)
+
+
+def _check_each(
+    console: Console, backend: RolloutBackend, path: Path
+) -> tuple[dict[str, list[str]], list[Task]]:
+    """Each task loaded and checked by ``backend``, one at a time so that one malformed task
+    does not hide the others: a row per task (runs in, what was said or why refused, oracle),
+    and the tasks with a solution."""
+    from infra.harnesses import NoOp, Oracle
+    from infra.tasks import dataset_entries, harbor, load_task
+    from schemas.errors import OpenForgeError
+
+    rows: dict[str, list[str]] = {}
+    runnable: list[Task] = []
+    for task_dir, task_split, task_id in dataset_entries(path.resolve()):
+        name = task_id or task_dir.name
+        try:
+            task = load_task(task_dir, task_id=task_id, split=task_split)
+            name = task.id
+            console.print(f"checking {name} ...")
+            notes = backend.check(task, Oracle() if harbor.has_solution(task) else NoOp())
+        except OpenForgeError as exc:  # a malformed task, or one this backend refuses
+            rows[name] = ["refused", str(exc), "-"]
+            continue
+        said = "; ".join(n.split(": ", 1)[1] for n in notes) or "-"
+        rows[name] = [backend.runs_in(task), said, "-"]
+        if not harbor.has_solution(task):
+            rows[name][2] = "no solution"
+        else:
+            runnable.append(task)
+    return rows, runnable
+
+
+def _report(console: Console, rows: dict[str, list[str]]) -> bool:
+    """The table and its count line; False when a task was refused or its oracle scored
+    below 1."""
+    from rich.table import Table
+
     table = Table("task", "runs in", "image and base / why not", "oracle reward")
     for name, (ok, why, reward) in sorted(rows.items()):
         table.add_row(name, ok, why, reward)
@@ -145,13 +171,4 @@ def check(
         f"{len(rows)} tasks: {len(rows) - len(refused)} runnable here, {len(refused)} refused; "
         f"oracle below 1 on {len(unsolved)}"
     )
-    if refused or unsolved:
-        raise typer.Exit(1)
-
-
-def _runs_in(backend: object, task: object) -> str:
-    from orchestrator.local import LocalBackend
-
-    assert isinstance(backend, LocalBackend)
-    uses = backend.environments.uses_image(task)  # type: ignore[arg-type]
-    return "container" if uses else "bubblewrap"
+    return not (refused or unsolved)

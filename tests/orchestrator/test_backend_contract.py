@@ -198,6 +198,12 @@ def test_what_no_attempt_can_pass_is_refused_before_any_rollout(
     assert contract.running(backend) == []
 
 
+def test_it_says_where_a_rollout_of_a_task_runs(contract: Contract, tmp_path: Path) -> None:
+    task = _task(tmp_path / "task", Play())  # no image of its own
+    expected = {RolloutBackendName.LOCAL: "bubblewrap", RolloutBackendName.KUBERNETES: "pod"}
+    assert contract.backend(Play()).runs_in(task) == expected[contract.name]
+
+
 def test_cancel_stops_a_running_rollout_and_leaves_nothing(contract: Contract) -> None:
     play = Play(exit_code=None)  # the agent never ends by itself
     backend = contract.backend(play)
