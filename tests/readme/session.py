@@ -125,11 +125,16 @@ class Session:
         self._capture(spec, output)
         return output
 
-    def stop_services(self) -> None:
-        """Ctrl-C every service, the last started first: each must stop and exit 0."""
+    def stop_services(self, background: bool = False) -> None:
+        """Ctrl-C every service, the last started first: each must stop and exit 0. A service
+        written with a trailing ``&`` runs on in the background, as in a shell, until the session
+        ends (``background``): a later block may use it."""
         failures: list[str] = []
-        while self._services:
-            service = self._services.pop()
+        keep = [s for s in self._services if s.command.background and not background]
+        stopping = [s for s in self._services if s not in keep]
+        self._services = keep
+        while stopping:
+            service = stopping.pop()
             process = service.process
             if process.poll() is None:
                 os.killpg(process.pid, signal.SIGINT)

@@ -5,12 +5,13 @@ command runs, in README order, in one copy of the repository (what a fresh clone
 ``.venv``, no ``runs/``), from the copy's root, with the relative paths as written: the first
 block's ``scripts/setup`` makes the copy's ``.venv``. A command must exit 0 and print what the
 README says it does (:data:`SPECS`); services (``services up``, ``proxy``) are started, used by the
-block's next commands and stopped with Ctrl-C at the block's end, and must exit 0. Placeholders
-(``PORT``, ``MODEL_DIR``) are filled from what an earlier command printed. The main job runs with
-the README's own command plus ``--set trainer.steps=2 --set evaluation.every=2``, as the README
-says. A block the tests cannot run says so in the README (``# Not run by the tests: why``); its
-commands, and every ``openforge ...`` command the prose quotes, are checked against their
-``--help``: each sub-command exists and takes every option named.
+block's next commands and stopped with Ctrl-C at the block's end (one started with a trailing
+``&`` runs on in the background, as in a shell, until the session ends), and must exit 0.
+Placeholders (``PORT``, ``MODEL_DIR``) are filled from what an earlier command printed. The main
+job runs with the README's own command plus the short run's ``--set`` options (:data:`SHORT`), as
+the README says. A block the tests cannot run says so in the README (``# Not run by the tests:
+why``); its commands, and every ``openforge ...`` command the prose quotes, are checked against
+their ``--help``: each sub-command exists and takes every option named.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from openforge.stack import LOCAL_MAX_TOKENS
 from openforge.train.config import load_config
 from tests.infra.harnesses.conftest import installed
 from tests.infra.harnesses.recording import check_rollouts_run
-from tests.openforge.train.checks import check_audit, check_rebuild, check_resumed, check_run
+from tests.openforge.train.checks import check_audit, check_rebuilt, check_resumed, check_run
 from tests.readme.commands import (
     Block,
     Command,
@@ -39,7 +40,8 @@ from tests.readme.session import Session, Spec, copy_repository
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
-SHORT = " --set trainer.steps=2 --set evaluation.every=2"  # the README's short main job
+# The README's short main job.
+SHORT = " --set trainer.steps=2 --set evaluation.every=2 --set evaluation.samples_per_task=1"
 READY = r"running; press Ctrl-C to stop"
 VLLM_PORT = r"vllm\s+http://127\.0\.0\.1:(\d+)/v1"
 PROXY_READY = r"openforge proxy.* listening on http://127\.0\.0\.1:8100"
@@ -75,7 +77,6 @@ def _main_job_in_depth(work: Path, output: str) -> None:
     """The main job's run, every part of it (tests/openforge/train/checks.py)."""
     run = work / DEMO_RUN
     check_run(run, f"local:{run / 'log'}", per_update=DEMO_PER_UPDATE)
-    check_rebuild(run, work / "runs" / "check-rebuilt")
     check_audit(run, work / "runs" / "check-audit")
 
 
@@ -164,7 +165,8 @@ SPECS: dict[str, Spec] = {
     ),
     ".venv/bin/openforge query --views": Spec(expect=(r"\bcompletions\b", r"\bepisodes\b")),
     ".venv/bin/openforge replay rebuild --from runs/cpu-demo/archive --to runs/rebuilt": Spec(
-        expect=(r"identical: all \d+ archived episodes rebuilt as they were",)
+        expect=(r"identical: all \d+ archived episodes rebuilt as they were",),
+        check=lambda work, _: check_rebuilt(work / DEMO_RUN, work / "runs" / "rebuilt"),
     ),
     ".venv/bin/openforge replay rescore --from runs/cpu-demo --tasks examples/echo-words": Spec(
         expect=(r"\b[1-9]\d* rollouts re-scored, \d+ rewards changed",), timeout=900
@@ -250,8 +252,10 @@ def session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Session]:
     work = copy_repository(ROOT, base / "openforge")
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     env["MYPY_CACHE_DIR"] = str(cache_dir() / "mypy")  # a warm cache; the command is as written
+    session = Session(work, base / "logs", env)
     try:
-        yield Session(work, base / "logs", env)
+        yield session
+        session.stop_services(background=True)  # what ran on in the background must stop cleanly
     finally:
         subprocess.run([str(ROOT / "scripts" / "setup"), "project"], cwd=ROOT, check=True)
 

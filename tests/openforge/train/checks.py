@@ -1,9 +1,10 @@
 """What a short `openforge train` run must leave behind, checked in depth: its summary, curves,
 checkpoints and archive; every event in its event log (update 1 trained on v0 rollouts, update 2
 on v1; never on a held-out task); each query view counting what the log holds; the lineage of
-each step naming the episodes the trainer consumed and where it read them; `openforge replay
-rebuild` rebuilding exactly the archived episodes; the audit page drawing every chart; and,
-rerun, a resume with nothing left to do. Used by the README's main job (tests/readme) and by the
+each step naming the episodes the trainer consumed and where it read them; the audit page
+drawing every chart; what `openforge replay rebuild` of its archive wrote; and, rerun, a resume
+with nothing left to do. Used by the README's main job and its later commands (tests/readme:
+the README's own `replay rebuild` compares each rebuilt episode with the archived one) and by the
 same config on Kafka (test_run.py).
 """
 
@@ -15,12 +16,9 @@ import os
 from pathlib import Path
 from typing import Any
 
-from typer.testing import CliRunner
-
 from infra.eventlog import DEAD_LETTER_TOPIC, EPISODES_TOPIC, EVENTS_TOPIC, open_reader
 from openforge.audit import html
 from openforge.audit.report import CHART_NAMES, build
-from openforge.cli import app
 from openforge.query.views import open_views
 from schemas.codec import Record, decode_message
 from schemas.completion import CompletionEvent
@@ -146,13 +144,9 @@ def _check_lineage(
                 assert "actor/pg_loss" in measured and "rollout_corr/rollout_is_mean" in measured
 
 
-def check_rebuild(out: Path, rebuilt: Path) -> None:
-    """`openforge replay rebuild` of the run's archive: exactly the archived episodes."""
-    result = CliRunner().invoke(
-        app, ["replay", "rebuild", "--from", str(out / "archive"), "--to", str(rebuilt)]
-    )
-    assert result.exit_code == 0, result.output
-    assert "identical: all" in result.output, result.output
+def check_rebuilt(out: Path, rebuilt: Path) -> None:
+    """What `openforge replay rebuild` of the run's archive wrote to ``rebuilt``: as many
+    episodes as the run holds (the command itself compares them one by one)."""
     con = open_views(rebuilt)
     assert _count(con, "SELECT count(*) FROM episodes") == _count(
         open_views(run=out), "SELECT count(*) FROM episodes"
