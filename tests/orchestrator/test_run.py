@@ -14,7 +14,7 @@ import pytest
 from infra.harnesses import NoOp
 from infra.harnesses.base import Endpoint, Invocation, RolloutDirs
 from infra.local.process import processes_of
-from infra.sandbox.bubblewrap import bwrap_binary
+from infra.sandbox.bwrap import bwrap_binary
 from infra.tasks import load_dataset, load_task
 from openforge.testing.proxy import read_events
 from orchestrator.local import LocalConfig
