@@ -152,6 +152,7 @@ class TrainerSection:
 class EvaluationSection:
     every: int = _f(4, "evaluate the held-out split every this many updates (and at 0 and the end)")
     samples_per_task: int = _f(3, "rollouts per held-out task and evaluation")
+    tasks: int = _f(0, "held-out tasks evaluated: the split's first N, in its order (0: all)")
 
 
 @dataclass
@@ -193,6 +194,9 @@ class TrainConfig:
         for name, value in positive.items():
             if value < 1:
                 raise ConfigError(f"{name} must be at least 1, not {value}")
+        if self.evaluation.tasks < 0:
+            n = self.evaluation.tasks
+            raise ConfigError(f"evaluation.tasks must be >= 0 (0: every held-out task), not {n}")
         if self.trainer.lr < 0 or self.warm_start.lr <= 0:
             raise ConfigError("trainer.lr must be >= 0 and warm_start.lr > 0")
         if not 0.0 <= self.warm_start.correct_fraction <= 1.0:

@@ -111,6 +111,8 @@ def prepare_launch(cfg: TrainConfig, root: Path, say: Callable[[str], None] = pr
     (root / "config.toml").write_text(cfg.to_toml())
     train_tasks = _split(cfg.tasks.dataset, cfg.tasks.train_split)
     heldout = _split(cfg.tasks.dataset, cfg.tasks.heldout_split)
+    if cfg.evaluation.tasks:
+        heldout = heldout[: cfg.evaluation.tasks]
     if not train_tasks:
         raise ConfigError(f"no {cfg.tasks.train_split!r} tasks in {cfg.tasks.dataset}")
     chosen = _harness(cfg)

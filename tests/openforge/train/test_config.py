@@ -42,6 +42,7 @@ def test_every_field_has_a_default_and_a_description() -> None:
         ({"trainer": {"backend": "gpu"}}, "cpu"),
         ({"trainer": {"steps": 0}}, "trainer.steps must be at least 1"),
         ({"trainer": {"lr": -1.0}}, "trainer.lr must be >= 0"),
+        ({"evaluation": {"tasks": -1}}, "evaluation.tasks must be >= 0"),
         ({"rollouts": {"backend": "kubernetes"}}, "not available yet"),
         ({"pipeline": {"beam_args": "--runner=X"}}, "pipeline.beam_args must be a list"),
         ({"trainer": 3}, "[trainer] must be a table"),

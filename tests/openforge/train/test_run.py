@@ -3,15 +3,18 @@
 The same config on the embedded log is the README's main job, checked in depth by
 tests/readme (with tests/openforge/train/checks.py); this one swaps the event log for a real
 broker and runs the same checks. The raw tiny model (no warm start): this checks the wiring.
+Its held-out evaluations cover the split's first two tasks (``evaluation.tasks``).
 """
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
 
 from infra.local.kafka import KafkaBroker
+from infra.tasks import load_dataset
 from tests.openforge.train.checks import check_run
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -26,6 +29,7 @@ def _train(out: Path, extra: list[str]) -> None:
         "rollouts.concurrency=2",
         "evaluation.every=2",
         "evaluation.samples_per_task=1",
+        "evaluation.tasks=2",  # the held-out split's first two tasks
         f"run.output_dir={out}",
         *extra,
     ]
@@ -44,4 +48,8 @@ def test_the_same_config_runs_on_kafka(tmp_path: Path) -> None:
         url = f"kafka://{broker.bootstrap}"
         _train(out, [f"event_log.url={url}"])
         check_run(out, url, per_update=4)
+    evaluated = [json.loads(p.read_text()) for p in out.glob("eval/rollouts/*/result.json")]
+    assert len(evaluated) == 2 * 2  # two tasks, once each at v0 and at v2
+    heldout = load_dataset(ROOT / "examples" / "echo-words", split="heldout")
+    assert {r["task_id"] for r in evaluated} == {t.id for t in heldout[:2]}
     assert not (out / "log").exists()  # nothing went to the embedded log
