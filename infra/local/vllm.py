@@ -122,6 +122,10 @@ class VLLMServer(LocalService):
             # /pause, /resume and /collective_rpc (full-weight reloads); we bind to loopback.
             VLLM_SERVER_DEV_MODE="1",
             VLLM_LOGGING_LEVEL=env.get("VLLM_LOGGING_LEVEL", "WARNING"),
+            # The model runs inside the engine-core process (vLLM's uniproc executor), not in a
+            # third process: one import of vLLM and torch fewer at start (~39 -> ~25 s here),
+            # the same tokens per second (829 vs 808 tok/s, 4 requests at once).
+            VLLM_ENABLE_V1_MULTIPROCESSING=env.get("VLLM_ENABLE_V1_MULTIPROCESSING", "0"),
         )
         # The project env's Python path must not leak into the vLLM env.
         env.pop("PYTHONPATH", None)
