@@ -138,14 +138,14 @@ SPECS: dict[str, Spec] = {
         service=True, ready=READY, expect=(r"export KUBECONFIG=/\S+",)
     ),
     ".venv/bin/openforge pipeline run --source local:runs/cpu-demo/log --to local:runs/episodes "
-    "--stop-when-idle 10": Spec(
+    "--stop-when-idle 3": Spec(
         expect=(r"pipeline run \(streaming\) on PrismRunner: .*episodes_emitted [1-9]",)
     ),
     ".venv/bin/openforge pipeline replay --from runs/cpu-demo/archive --to runs/replayed": Spec(
         expect=(r"pipeline replay \(batch\) on PrismRunner: .*episodes_emitted [1-9]",)
     ),
     ".venv/bin/openforge pipeline run --source local:runs/cpu-demo/log "
-    "--to local:runs/episodes-fnapi --stop-when-idle 10 --beam-arg=--runner=FnApiRunner": Spec(
+    "--to local:runs/episodes-fnapi --stop-when-idle 3 --beam-arg=--runner=FnApiRunner": Spec(
         expect=(r"pipeline run \(streaming\) on FnApiRunner: .*episodes_emitted [1-9]",)
     ),
     ".venv/bin/openforge train examples/cpu-demo.toml": Spec(
