@@ -1,11 +1,13 @@
 """The two pipelines: streaming assembly from the event log, and batch replay from the archive.
 
 Both are plain Beam pipelines: the runner and its options come from Beam arguments. On one
-machine they run on Beam's portable runner Prism by default (the binary ``scripts/setup prism``
-builds, with the SDK worker in this process: ``--environment_type=LOOPBACK``); Prism speaks the
-same Job and Fn API as Flink and Dataflow (see the README for their options). Beam's in-process
-FnApiRunner runs them only when asked (``--runner=FnApiRunner``). Every run is reported in one
-log line that names its runner.
+machine they run on Beam's in-process FnApiRunner by default: it keeps up with 2,000 records/s
+of live load at a reward -> episode p99 of about 1 s here, where Beam's portable runner Prism
+falls behind at 250/s (bench/RESULTS.md, "Where Prism's time goes"). Prism runs them when asked
+(``--runner=PrismRunner``: the binary ``scripts/setup prism`` builds, with the SDK worker in
+this process, ``--environment_type=LOOPBACK``); it speaks the same Job and Fn API as Flink and
+Dataflow (see the README for their options), so it is the one-machine check of a job bound for
+them. Every run is reported in one log line that names its runner.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from typing import Any
 
 import apache_beam as beam
 from apache_beam.metrics.metric import MetricsFilter
+from apache_beam.metrics.monitoring_infos import consolidate as consolidate_monitoring_infos
+from apache_beam.metrics.monitoring_infos import to_key
 from apache_beam.options.pipeline_options import (
     DebugOptions,
     PipelineOptions,
@@ -26,7 +30,7 @@ from apache_beam.options.pipeline_options import (
     PrismRunnerOptions,
     StandardOptions,
 )
-from apache_beam.runners.portability.fn_api_runner import worker_handlers
+from apache_beam.runners.portability.fn_api_runner import fn_runner, worker_handlers
 
 from infra.eventlog import DEAD_LETTER_TOPIC, EPISODES_TOPIC, EVENTS_TOPIC
 from infra.paths import prism_binary
@@ -39,6 +43,7 @@ from schemas.errors import ConfigError
 log = logging.getLogger(__name__)
 
 PRISM = "PrismRunner"
+DEFAULT_RUNNER = "FnApiRunner"  # on one machine, chosen by bench/pipeline_throughput.py
 # Runners that run the pipeline in this process without a Job API: FnApiRunner, and the direct
 # runners that fall back to it. They ignore SDF watermark estimators, so they get the
 # workarounds of RunnerQuirks.
@@ -101,7 +106,7 @@ class RunnerQuirks:
 def runner_name(opts: PipelineOptions) -> str:
     runner = opts.view_as(StandardOptions).runner
     if runner is None:
-        return PRISM
+        return DEFAULT_RUNNER
     return str(runner if isinstance(runner, str) else type(runner).__name__).rsplit(".", 1)[-1]
 
 
@@ -120,19 +125,20 @@ STREAMING_JOB_TIMEOUT_S = 10 * 365 * 24 * 3600  # a streaming job runs until sto
 def options(
     beam_args: Sequence[str], streaming: bool, runner_splits: bool = False
 ) -> PipelineOptions:
-    """Pipeline options from Beam arguments; with no ``--runner``, Prism on this machine.
+    """Pipeline options from Beam arguments; with no ``--runner``, FnApiRunner in this process.
 
-    Prism splits any bundle that shows no progress for a tick (100 ms, backing off), the
-    assembly's bundles of event-time timers too, and mishandles those splits (it warns
-    "Unexpected split on a bundle with timers", apache/beam#35771): episodes come out twice or
-    short. So Prism's runner-initiated splits are off (``prism_disable_sdf_split``) unless
-    ``runner_splits`` asks for them (the tests of the source's split contract do); the source
-    still checkpoints after every read. Flink and Dataflow are not affected.
+    On Prism (``--runner=PrismRunner``): Prism splits any bundle that shows no progress for a
+    tick (100 ms, backing off), the assembly's bundles of event-time timers too, and mishandles
+    those splits (it warns "Unexpected split on a bundle with timers", apache/beam#35771):
+    episodes come out twice or short. So Prism's runner-initiated splits are off
+    (``prism_disable_sdf_split``) unless ``runner_splits`` asks for them (the tests of the
+    source's split contract do); the source still checkpoints after every read. Flink and
+    Dataflow are not affected.
     """
     opts = PipelineOptions(list(beam_args))
     standard = opts.view_as(StandardOptions)
     if standard.runner is None:
-        standard.runner = PRISM  # DirectRunner would try to download Prism
+        standard.runner = DEFAULT_RUNNER  # Beam's own default, DirectRunner, may pick Prism
     if runner_name(opts) == PRISM:
         portable = opts.view_as(PortableOptions)
         prism = opts.view_as(PrismRunnerOptions)
@@ -180,30 +186,46 @@ def _counters(result: Any) -> dict[str, int]:
     return out
 
 
+_CONSOLIDATE = "consolidate_monitoring_infos"
+
+
+def _consolidated_list(metrics: Any, key: Any = to_key) -> list[Any]:
+    return list(consolidate_monitoring_infos(metrics, key))
+
+
 @contextmanager
-def _in_process_state_cache(opts: PipelineOptions) -> Iterator[None]:
-    """The SDK state cache of an in-process runner: ``--max_cache_memory_usage_mb``, 0 (off)
-    by default, restored after the run. FnApiRunner's embedded worker ignores the option and
-    sizes its cache by ``worker_handlers.STATE_CACHE_SIZE_MB`` (100 MB); the cache sizes every
-    value it stores with objsize, a fixed cost per state write (measured in bench/RESULTS.md,
-    "After the cuts"), while the state whose reads it saves is in this process anyway."""
+def _in_process_runner(opts: PipelineOptions) -> Iterator[None]:
+    """Two settings of an in-process runner, restored after the run.
+
+    - The SDK state cache: ``--max_cache_memory_usage_mb``, 0 (off) by default. FnApiRunner's
+      embedded worker ignores the option and sizes its cache by
+      ``worker_handlers.STATE_CACHE_SIZE_MB`` (100 MB); the cache sizes every value it stores
+      with objsize, a fixed cost per state write (measured in bench/RESULTS.md, "After the
+      cuts"), while the state whose reads it saves is in this process anyway.
+    - Its metrics, consolidated into a list after every bundle. Beam 2.77's FnApiRunner wraps
+      the previous bundles' consolidation, a generator, in a new one per bundle: a streaming
+      run keeps every bundle's metrics until it ends, and then fails to read them
+      (RecursionError) once a stage has run ~1,000 bundles (a minute at 250 records/s here).
+    """
     if runner_name(opts) not in _IN_PROCESS:
         yield
         return
     given = opts.get_all_options(drop_default=True).get("max_cache_memory_usage_mb", 0)
-    saved = worker_handlers.STATE_CACHE_SIZE_MB
+    runner_module = vars(fn_runner)  # the name fn_runner's bundle loop calls
+    saved = worker_handlers.STATE_CACHE_SIZE_MB, runner_module[_CONSOLIDATE]
     worker_handlers.STATE_CACHE_SIZE_MB = int(given)
+    runner_module[_CONSOLIDATE] = _consolidated_list
     try:
         yield
     finally:
-        worker_handlers.STATE_CACHE_SIZE_MB = saved
+        worker_handlers.STATE_CACHE_SIZE_MB, runner_module[_CONSOLIDATE] = saved
 
 
 def _run(job: str, pipeline: beam.Pipeline, opts: PipelineOptions) -> RunReport:
     name = runner_name(opts)
     log.info("pipeline %s starting on %s", job, name)
     started = time.perf_counter()
-    with _in_process_state_cache(opts):
+    with _in_process_runner(opts):
         result = pipeline.run()
         result.wait_until_finish()
     report = RunReport(job, name, time.perf_counter() - started, _counters(result))

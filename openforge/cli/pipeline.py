@@ -1,9 +1,9 @@
 """``openforge pipeline``: assemble episodes from the event log (streaming) or an archive.
 
-Both jobs run on Beam's portable runner Prism by default (``scripts/setup prism`` builds it);
-``--beam-arg=--runner=FnApiRunner`` asks for Beam's in-process runner instead, and other runners
-take their own Beam options (README: Flink, Dataflow). Each run ends with one line naming its
-runner and its counters.
+Both jobs run on Beam's in-process FnApiRunner by default; ``--beam-arg=--runner=PrismRunner``
+asks for Beam's portable runner Prism instead (``scripts/setup prism`` builds it), and other
+runners take their own Beam options (README: Flink, Dataflow). Each run ends with one line
+naming its runner and its counters.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from openforge.cli.paths import absolute_location
 app = typer.Typer(help="Beam jobs: events -> episodes (with rewards joined).", no_args_is_help=True)
 
 BEAM_ARGS = typer.Option(
-    help="A Beam pipeline option (repeatable). Default runner: PrismRunner (LOOPBACK); "
-    "e.g. --beam-arg=--runner=FnApiRunner, --beam-arg=--runner=FlinkRunner.",
+    help="A Beam pipeline option (repeatable). Default runner: FnApiRunner (in this process); "
+    "e.g. --beam-arg=--runner=PrismRunner, --beam-arg=--runner=FlinkRunner.",
 )
 
 

@@ -38,7 +38,7 @@ def rebuild(
     ] = True,
     beam_arg: Annotated[
         list[str] | None,
-        typer.Option(help="A Beam pipeline option (repeatable); default runner PrismRunner."),
+        typer.Option(help="A Beam pipeline option (repeatable); default runner FnApiRunner."),
     ] = None,
 ) -> None:
     """Rebuild every episode from the archived events with the current assembly code (batch

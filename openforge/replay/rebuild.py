@@ -1,9 +1,9 @@
 """``openforge replay rebuild``: a run's episodes rebuilt from its archived events, and checked.
 
-The batch job of ``openforge pipeline replay`` (Beam, on Prism by default) reads the completion,
-rollout and reward events of an archive (``RUN/archive/``, or any archive root) and assembles
-every episode again with the assembly code of this checkout, into ``DIR`` (one archive root:
-``DIR/record=episode/``, dead letters with their reason; ``openforge query --archive DIR``
+The batch job of ``openforge pipeline replay`` (Beam, on FnApiRunner by default) reads the
+completion, rollout and reward events of an archive (``RUN/archive/``, or any archive root) and
+assembles every episode again with the assembly code of this checkout, into ``DIR`` (one archive
+root: ``DIR/record=episode/``, dead letters with their reason; ``openforge query --archive DIR``
 reads it). Then the rebuilt episodes are compared with the archived ones, record for record and
 in no particular order: the same episode ids, and for each the same contents (everything but
 ``created_us``, the moment it was built). When nothing changed they are equal; otherwise the

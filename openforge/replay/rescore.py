@@ -64,7 +64,7 @@ class RescoreConfig:
     episodes_out: the episode archive the rebuilt episodes go to (None: the run's archive
         root ``RUN/archive`` where it holds episodes, else ``RUN/episodes``).
     concurrency: verifier sandboxes at once.
-    beam_args: Beam options of the rebuild (default: Prism on this machine).
+    beam_args: Beam options of the rebuild (default: FnApiRunner in this process).
     """
 
     run: Path

@@ -128,7 +128,9 @@ class EventLogSection:
 @dataclass
 class PipelineSection:
     lateness_s: float = _f(60.0, "seconds a rollout's episode waits for its reward")
-    beam_args: list[str] = _f([], "Beam pipeline options, e.g. ['--runner=PrismRunner']")
+    beam_args: list[str] = _f(
+        [], "Beam pipeline options (default runner FnApiRunner), e.g. ['--runner=PrismRunner']"
+    )
 
 
 @dataclass

@@ -1,5 +1,6 @@
-"""The pipelines on Prism (the default runner): streaming from the event log, replay from the
-archive, and end to end from a proxy in front of real vLLM through a real Kafka broker."""
+"""The pipelines on the default runner (FnApiRunner) and on Prism: streaming from the event log,
+replay from the archive, and end to end from a proxy in front of real vLLM through a real Kafka
+broker."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import uuid
 from pathlib import Path
 
 import openai
+import pytest
 
 from infra.eventlog import DEAD_LETTER_TOPIC, EPISODES_TOPIC, EVENTS_TOPIC, open_reader, open_writer
 from infra.local.kafka import KafkaBroker
@@ -50,9 +52,15 @@ def _summary(episodes: list[Episode]) -> dict[str, tuple[object, ...]]:
     }
 
 
-def test_streaming_from_the_local_log_and_replay_from_the_archive_agree(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("beam_args", "runner"), [((), "FnApiRunner"), (("--runner=PrismRunner",), "PrismRunner")]
+)
+def test_streaming_from_the_local_log_and_replay_from_the_archive_agree(
+    tmp_path: Path, beam_args: tuple[str, ...], runner: str
+) -> None:
     """The streaming job archives the events it reads (each event id once, a bad frame counted
-    and skipped) beside its episodes; a replay of that archive rebuilds the same episodes."""
+    and skipped) beside its episodes; a replay of that archive rebuilds the same episodes. With
+    no ``--runner`` both run on FnApiRunner; Prism, asked for, does the same."""
     url = f"local:{tmp_path / 'log'}"
     # Enough rollouts that the assembly's timers fire in bundles of many (see pipeline.jobs).
     rollouts = [make_rollout(i, f"r{i}", calls=6, with_reward=i != 2) for i in range(120)]
@@ -63,13 +71,14 @@ def test_streaming_from_the_local_log_and_replay_from_the_archive_agree(tmp_path
         writer.append(EVENTS_TOPIC, b"r-garbled", b"OF not a frame")
 
     streaming = run_streaming(
-        url, Outputs(url, run_archive=str(tmp_path / "stream")), allowed_lateness_s=5,
-        stop_when_idle_s=3,
+        url, Outputs(url, run_archive=str(tmp_path / "stream")), beam_args,
+        allowed_lateness_s=5, stop_when_idle_s=3,
     )  # fmt: skip
     replay = run_replay(
-        str(tmp_path / "stream"), Outputs(None, str(tmp_path / "replay")), allowed_lateness_s=5
-    )
-    assert streaming.runner == replay.runner == "PrismRunner"
+        str(tmp_path / "stream"), Outputs(None, str(tmp_path / "replay")), beam_args,
+        allowed_lateness_s=5,
+    )  # fmt: skip
+    assert streaming.runner == replay.runner == runner
     assert streaming.counters["log_records_read"] == len(records) + 1
     assert streaming.counters["episodes_emitted"] == len(rollouts) - 1
     distinct = {r.event_id: r for r in records}  # type: ignore[union-attr]
@@ -182,9 +191,31 @@ def test_streaming_jobs_on_prism_are_not_cut_off_by_the_job_service_timeout() ->
 
     # Beam applies job_server_timeout (300 s by default) to the job's message stream: a
     # streaming job would end with DEADLINE_EXCEEDED after five minutes.
-    assert options([], streaming=True).view_as(PortableOptions).job_server_timeout == (
+    prism = ["--runner=PrismRunner"]
+    assert options(prism, streaming=True).view_as(PortableOptions).job_server_timeout == (
         STREAMING_JOB_TIMEOUT_S
     )
-    assert options([], streaming=False).view_as(PortableOptions).job_server_timeout == 300
-    chosen = options(["--job_server_timeout=42"], streaming=True)
+    assert options(prism, streaming=False).view_as(PortableOptions).job_server_timeout == 300
+    chosen = options([*prism, "--job_server_timeout=42"], streaming=True)
     assert chosen.view_as(PortableOptions).job_server_timeout == 42
+
+
+def test_a_long_run_on_the_default_runner_still_reports_its_counters(tmp_path: Path) -> None:
+    """One bundle per record read (``records_per_call=1``): over a thousand bundles of the read
+    stage. Beam 2.77's FnApiRunner nests one generator per bundle in the metrics it keeps, and
+    reading them at the end failed with RecursionError (pipeline.jobs consolidates them after
+    every bundle instead)."""
+    url = f"local:{tmp_path / 'log'}"
+    rollouts = [make_rollout(i, f"r{i}", calls=4) for i in range(150)]
+    records = [rec for r in rollouts for rec in r.records]
+    with open_writer(url) as writer:
+        for rec in records:
+            writer.append(EVENTS_TOPIC, rec.rollout_id.encode(), encode_message([rec]))
+    assert len(records) > 1100
+
+    report = run_streaming(
+        url, Outputs(url), allowed_lateness_s=5, stop_when_idle_s=2, records_per_call=1
+    )
+    assert report.runner == "FnApiRunner"
+    assert report.counters["log_records_read"] == len(records)
+    assert report.counters["log_read_checkpoints"] >= len(records)

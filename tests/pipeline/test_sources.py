@@ -1,5 +1,5 @@
-"""ReadEventLog on Prism: every record exactly once, in offset order, across the checkpoints
-between reads (positions are record offsets), from the local log and from Kafka."""
+"""ReadEventLog on Prism and on FnApiRunner: every record exactly once, in offset order, across
+the checkpoints between reads (positions are record offsets), from the local log and from Kafka."""
 
 from __future__ import annotations
 
@@ -44,14 +44,19 @@ def _append(url: str, topic: str, start: int, n: int) -> None:
         writer.flush()
 
 
-def test_every_record_once_in_order_across_checkpoints(log_url: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("runner", ["PrismRunner", "FnApiRunner"])
+def test_every_record_once_in_order_across_checkpoints(
+    log_url: str, tmp_path: Path, runner: str
+) -> None:
     topic = f"t{uuid.uuid4().hex[:8]}"
     _append(log_url, topic, 0, 40)
     later = threading.Timer(1.5, _append, (log_url, topic, 40, 25))  # while the read runs
     later.start()
     out = tmp_path / "out.txt"
     started = time.monotonic()
-    with beam.Pipeline(options=options([], streaming=True, runner_splits=True)) as p:
+    with beam.Pipeline(
+        options=options([f"--runner={runner}"], streaming=True, runner_splits=True)
+    ) as p:
         (
             p
             | ReadEventLog(log_url, topic, stop_when_idle_s=3, records_per_call=7)

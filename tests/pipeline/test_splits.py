@@ -193,7 +193,7 @@ def test_a_read_split_mid_backlog_yields_every_record_and_episode_exactly_once(
                 writer.append(EVENTS_TOPIC, r.rollout_id.encode(), encode_message([rec]))
     stalls = {"r4": 0.35, "r15": 1.0}  # Prism splits after ticks 100 ms, then 400 ms apart
 
-    p = beam.Pipeline(options=options([], streaming=True, runner_splits=True))
+    p = beam.Pipeline(options=options(["--runner=PrismRunner"], streaming=True, runner_splits=True))
     (
         p
         | ReadEventLog(url, EVENTS_TOPIC, stop_when_idle_s=2, records_per_call=records_per_call)

@@ -139,14 +139,14 @@ SPECS: dict[str, Spec] = {
     ),
     ".venv/bin/openforge pipeline run --source local:runs/cpu-demo/log --to local:runs/episodes "
     "--stop-when-idle 3": Spec(
-        expect=(r"pipeline run \(streaming\) on PrismRunner: .*episodes_emitted [1-9]",)
+        expect=(r"pipeline run \(streaming\) on FnApiRunner: .*episodes_emitted [1-9]",)
     ),
     ".venv/bin/openforge pipeline replay --from runs/cpu-demo/archive --to runs/replayed": Spec(
-        expect=(r"pipeline replay \(batch\) on PrismRunner: .*episodes_emitted [1-9]",)
+        expect=(r"pipeline replay \(batch\) on FnApiRunner: .*episodes_emitted [1-9]",)
     ),
     ".venv/bin/openforge pipeline run --source local:runs/cpu-demo/log "
-    "--to local:runs/episodes-fnapi --stop-when-idle 3 --beam-arg=--runner=FnApiRunner": Spec(
-        expect=(r"pipeline run \(streaming\) on FnApiRunner: .*episodes_emitted [1-9]",)
+    "--to local:runs/episodes-prism --stop-when-idle 3 --beam-arg=--runner=PrismRunner": Spec(
+        expect=(r"pipeline run \(streaming\) on PrismRunner: .*episodes_emitted [1-9]",)
     ),
     ".venv/bin/openforge train examples/cpu-demo.toml": Spec(
         expect=(r"resum", r"2 updates in \d+ s"),
