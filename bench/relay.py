@@ -8,12 +8,16 @@ client chunk by chunk through a Starlette ``StreamingResponse``, served by
 checked, so the latency it adds is the server's, the client's and the extra hop's alone.
 
     python -m bench.relay --port 8300 --upstream http://127.0.0.1:8200
+
+:func:`app_from_env` is the same app for servers that import it by name (``bench.server_stack``
+serves it with granian): the upstream comes from ``OPENFORGE_RELAY_UPSTREAM``.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 from collections.abc import AsyncIterator
 
 import aiohttp
@@ -64,6 +68,12 @@ def create_app(upstream: str) -> Starlette:
         Route("/health", health, methods=["GET"]),
     ]
     return Starlette(routes=routes, lifespan=lifespan)
+
+
+def app_from_env() -> Starlette:
+    """The relay for the upstream in ``OPENFORGE_RELAY_UPSTREAM`` (a factory: no import-time
+    state)."""
+    return create_app(os.environ["OPENFORGE_RELAY_UPSTREAM"].rstrip("/"))
 
 
 def main() -> None:
