@@ -111,8 +111,12 @@ def runner_name(opts: PipelineOptions) -> str:
 
 
 def quirks(opts: PipelineOptions) -> RunnerQuirks:
+    """What the job on ``opts``'s runner needs. An in-process runner's quirks are for streaming
+    jobs only: in a batch job (replay) its watermark passes each rollout's events only once all
+    of them are read, so the assembly settles on every event, as on any runner (emitting at
+    once there would settle on whichever reward came first of several, e.g. a re-score's)."""
     name = runner_name(opts)
-    if name in _IN_PROCESS:
+    if name in _IN_PROCESS and opts.view_as(StandardOptions).streaming:
         return RunnerQuirks(
             name, records_per_call=200_000, defer_early_deadlines=True, emit_at_once=True
         )

@@ -219,3 +219,16 @@ def test_a_long_run_on_the_default_runner_still_reports_its_counters(tmp_path: P
     assert report.runner == "FnApiRunner"
     assert report.counters["log_records_read"] == len(records)
     assert report.counters["log_read_checkpoints"] >= len(records)
+
+
+def test_the_in_process_quirks_are_for_streaming_jobs_only() -> None:
+    """A replay (batch) on the default runner settles on the watermark, as on any runner, so a
+    rollout with several rewards joins all of them (tests/openforge/replay/test_rescore.py
+    rebuilds episodes from an archive holding a re-score's rewards beside the run's)."""
+    from pipeline.jobs import RunnerQuirks, options, quirks
+
+    streaming = quirks(options([], streaming=True))
+    assert streaming.runner == "FnApiRunner" and streaming.emit_at_once
+    assert streaming.defer_early_deadlines and streaming.records_per_call > 100_000
+    assert quirks(options([], streaming=False)) == RunnerQuirks("FnApiRunner")
+    assert quirks(options(["--runner=PrismRunner"], streaming=True)) == RunnerQuirks("PrismRunner")
