@@ -173,7 +173,7 @@ def cpu_seconds(pid: int) -> float:
 
 
 def pid_listening(port: int) -> int:
-    """The process whose command line serves ``--port PORT`` (the proxy or the relay)."""
+    """The process whose command line serves ``--port PORT`` (the proxy's)."""
     needle = f"--port\0{port}\0".encode()
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
@@ -323,10 +323,9 @@ def main() -> None:
             proxy = stack.enter_context(
                 openforge_proxy(upstream, model_dir, tmp / "w1", 1, args.proxy_args.split())
             )
-            stack.enter_context(service("relay", relay_argv, tmp, f"{relay}/health"))
             pids = {
                 "proxy": pid_listening(int(httpx.URL(proxy.admin.url).port or 0)),
-                "relay": pid_listening(relay_port),
+                "relay": stack.enter_context(service("relay", relay_argv, tmp, f"{relay}/health")),
             }
             urls = {"direct": upstream, "relay": relay}
             prompts = {h: prompt_for(h, proxy) for h in args.histories}

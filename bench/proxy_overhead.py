@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import shutil
 import sys
 import tempfile
@@ -196,12 +197,18 @@ def prompt_for(tokens: int, proxy: OpenForge) -> Prompt:
 
 
 @contextlib.contextmanager
-def service(name: str, argv: list[str], tmp: Path, probe: str) -> Iterator[None]:
-    proc = ServiceProcess(name, [sys.executable, "-m", *argv], tmp / f"{name}.log")
+def service(
+    name: str, argv: list[str], tmp: Path, probe: str, env: dict[str, str] | None = None
+) -> Iterator[int]:
+    """``python -m ARGV`` (with ``env`` added to this one's) until the block ends; yields its
+    pid once ``probe`` answers."""
+    environ = {**os.environ, **(env or {})}
+    proc = ServiceProcess(name, [sys.executable, "-m", *argv], tmp / f"{name}.log", env=environ)
     proc.start()
     try:
         proc.wait_ready(lambda: httpx.get(probe).is_success, 120)
-        yield
+        assert proc.pid is not None
+        yield proc.pid
     finally:
         proc.stop()
 

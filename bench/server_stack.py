@@ -25,22 +25,18 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import os
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
-
 from bench.proxy_cpu_budget import cpu_seconds
-from bench.proxy_overhead import run_phase
+from bench.proxy_overhead import run_phase, service
 from bench.proxy_report import Level, Phase, pct
 from bench.proxy_threads import Prompt
-from infra.local.process import ServiceProcess, free_port
+from infra.local.process import free_port
 from infra.paths import cache_dir, default_tiny_dir
 from infra.tiny_model import build_tiny_model
 from schemas.enums import Dialect
@@ -73,19 +69,6 @@ def tree_cpu(pid: int) -> float:
     return total
 
 
-@contextlib.contextmanager
-def server(name: str, argv: list[str], tmp: Path, url: str, env: dict[str, str]) -> Iterator[int]:
-    """A server process (yields its pid) once ``url/health`` answers."""
-    proc = ServiceProcess(name, argv, tmp / f"{name}.log", env={**os.environ, **env})
-    proc.start()
-    try:
-        proc.wait_ready(lambda: httpx.get(f"{url}/health").is_success, 120)
-        assert proc.pid is not None
-        yield proc.pid
-    finally:
-        proc.stop()
-
-
 def measure(
     path: str, level: Level, prompt: Prompt, urls: dict[str, str], pid: int | None
 ) -> tuple[Phase, float]:
@@ -107,56 +90,32 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="openforge-stack-"))
     ports = {k: free_port() for k in ("upstream", "uvicorn", "granian")}
     urls = {k: f"http://127.0.0.1:{p}" for k, p in ports.items()}
-    py = sys.executable
-    upstream = [py, "-m", "openforge.testing.fast_upstream", "--port", str(ports["upstream"])]
-    uvicorn = [py, "-m", "bench.relay", "--port", str(ports["uvicorn"])]
-    granian = [
-        py,
-        "-m",
-        "granian",
-        "--interface",
-        "asgi",
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(ports["granian"]),
-        "--workers",
-        "1",
-        "--loop",
-        "uvloop",
-        "--no-ws",
-        "--log-level",
-        "warning",
-        "--factory",
-        "bench.relay:app_from_env",
-    ]
+    upstream = ["openforge.testing.fast_upstream", "--port", str(ports["upstream"]), "--model-dir"]
+    uvicorn = ["bench.relay", "--port", str(ports["uvicorn"]), "--upstream", urls["upstream"]]
+    granian = ["granian", "--interface", "asgi", "--host", "127.0.0.1", "--port",
+               str(ports["granian"]), "--workers", "1", "--loop", "uvloop", "--no-ws",
+               "--log-level", "warning", "--factory", "bench.relay:app_from_env",
+               *args.granian_args.split()]  # fmt: skip
     # ~3 words a token: the same sizing as bench.proxy_overhead's calibrated prompts
     prompt = Prompt.sized(max(40, args.history // 3))
     started = time.perf_counter()
     rows = []
     try:
         with contextlib.ExitStack() as stack:
-            up = ServiceProcess(
-                "upstream", [*upstream, "--model-dir", str(model_dir)], tmp / "upstream.log"
-            )
-            up.start()
-            stack.callback(up.stop)
-            up.wait_ready(lambda: httpx.get(f"{urls['upstream']}/v1/models").is_success, 120)
-            env = {"OPENFORGE_RELAY_UPSTREAM": urls["upstream"]}
-            granian_env = {**env, "PYTHONPATH": str(granian_dir())}
+            up_probe = f"{urls['upstream']}/v1/models"
+            stack.enter_context(service("upstream", [*upstream, str(model_dir)], tmp, up_probe))
+            envs = {
+                "uvicorn": {},
+                "granian": {
+                    "OPENFORGE_RELAY_UPSTREAM": urls["upstream"],
+                    "PYTHONPATH": str(granian_dir()),
+                },
+            }
             pids = {
-                "uvicorn": stack.enter_context(
-                    server(
-                        "uvicorn",
-                        [*uvicorn, "--upstream", urls["upstream"]],
-                        tmp,
-                        urls["uvicorn"],
-                        env,
-                    )
-                ),
-                "granian": stack.enter_context(
-                    server("granian", granian, tmp, urls["granian"], granian_env)
-                ),
+                name: stack.enter_context(
+                    service(name, argv, tmp, f"{urls[name]}/health", envs[name])
+                )
+                for name, argv in (("uvicorn", uvicorn), ("granian", granian))
             }
             paths = {"direct": urls["upstream"], **{k: urls[k] for k in pids}}
             for path in paths:  # warm-up: connections, imports
@@ -168,7 +127,7 @@ def main() -> None:
                 print(f"{clients} clients done", flush=True)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    print(f"granian options: {' '.join(granian[3:])}")
+    print(f"granian options: {' '.join(granian[1:])}")
     report(rows, args.history, time.perf_counter() - started)
 
 
