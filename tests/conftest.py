@@ -41,6 +41,15 @@ def local_kube() -> Iterator[LocalKube]:
         yield kube
 
 
+@pytest.fixture(scope="module")
+def real_kube() -> Iterator[LocalKube]:
+    """A real control plane with one real node (the kubelet on containerd and runc) and no kwok
+    node: its pods' containers really run. Per module: the node's kubelet is not left running
+    beside the rest of the suite."""
+    with LocalKube(nodes=0, real_nodes=1) as kube:
+        yield kube
+
+
 @pytest.fixture(scope="session")
 def vllm_server(tiny_model_dir: Path) -> Iterator[VLLMServer]:
     with VLLMServer(tiny_model_dir, served_model_name="tiny") as server:

@@ -1,11 +1,16 @@
 #!/usr/bin/env bash
 # Builds a local Kubernetes control plane from Go modules into DIR/bin (called by scripts/setup k8s):
-# etcd (a wrapper module around etcdmain.Main), kube-apiserver, kube-controller-manager and
-# kube-scheduler (a wrapper module with `tool` lines: `go install k8s.io/kubernetes/...@v` is refused
-# because of its replace directives), and kwok. Copies kwok's stage definitions to DIR/kwok-stages.
+# etcd (a wrapper module around etcdmain.Main), kube-apiserver, kube-controller-manager,
+# kube-scheduler and the kubelet (a wrapper module with `tool` lines: `go install
+# k8s.io/kubernetes/...@v` is refused because of its replace directives), kwok, and the pause
+# program of a real node's pod sandboxes. Copies kwok's stage definitions to DIR/kwok-stages.
 # Versions come from the environment (infra/versions.env); GOMODCACHE/GOCACHE from the caller.
+# PARTS (after DIR; default all): etcd kube kwok node. `node` (the kubelet and pause) alone
+# upgrades a control plane built before the real node existed.
 set -euo pipefail
-DIR=$1
+DIR=$1; shift
+PARTS=${*:-etcd kube kwok node}
+want() { [[ " $PARTS " == *" $1 "* ]]; }
 : "${K8S_VERSION:?}" "${ETCD_VERSION:?}" "${KWOK_VERSION:?}"
 BIN=$DIR/bin SRC=$DIR/src
 export GOMAXPROCS=${GOMAXPROCS:-2} GOFLAGS="${GOFLAGS:-} -p=1"
@@ -13,6 +18,7 @@ NICE="nice -n 19"
 log() { echo "[$(date +%T)] $*"; }
 mkdir -p "$BIN" "$SRC/etcd" "$SRC/kube" "$DIR/kwok-stages"
 
+if want etcd; then
 log "etcd $ETCD_VERSION"
 cd "$SRC/etcd"
 cat > main.go <<'GO'
@@ -29,7 +35,9 @@ GO
 printf 'module localetcd\n\ngo 1.26.0\n\nrequire go.etcd.io/etcd/server/v3 %s\n' "$ETCD_VERSION" > go.mod
 $NICE go mod tidy
 $NICE go build -trimpath -ldflags='-s -w' -o "$BIN/etcd" .
+fi
 
+if want kube || want node; then
 log "kube-apiserver, kube-controller-manager, kube-scheduler v$K8S_VERSION"
 cd "$SRC/kube"
 SV=v0.${K8S_VERSION#1.}
@@ -38,7 +46,7 @@ MOD=$(cat "$(go mod download -json "k8s.io/kubernetes@v$K8S_VERSION" | sed -n 's
   printf 'module localkube\n\ngo %s\n\n' "$(echo "$MOD" | awk '$1=="go"{print $2}')"
   echo "$MOD" | awk '$1=="godebug"'
   printf '\nrequire k8s.io/kubernetes v%s\n\ntool (\n' "$K8S_VERSION"
-  for t in kube-apiserver kube-controller-manager kube-scheduler; do printf '\tk8s.io/kubernetes/cmd/%s\n' $t; done
+  for t in kube-apiserver kube-controller-manager kube-scheduler kubelet; do printf '\tk8s.io/kubernetes/cmd/%s\n' $t; done
   printf ')\n\nreplace (\n'
   # every staging module k8s.io/kubernetes requires as v0.0.0, at the matching v0.x release
   # (k8s.io/sample-* are only in its replace block and are not served: left out)
@@ -52,15 +60,45 @@ minor=${K8S_VERSION#1.}; minor=${minor%%.*}; X=""
 for k in gitVersion=v$K8S_VERSION gitMajor=1 gitMinor=$minor gitTreeState=clean; do
   X="$X -X k8s.io/component-base/version.$k -X k8s.io/client-go/pkg/version.$k"
 done
-for b in kube-scheduler kube-controller-manager kube-apiserver; do
+want kube && built="kube-scheduler kube-controller-manager kube-apiserver" || built=""
+want node && built="$built kubelet"
+for b in $built; do
   $NICE go build -trimpath -ldflags="-s -w $X" -o "$BIN/$b" "k8s.io/kubernetes/cmd/$b"
   log "built $b"
 done
+fi
 
+if want node; then
+  # The pod sandbox's process (the "pause" container): no image registry is reachable, so the
+  # node's sandbox image is made locally from this static program (infra/local/kube_node.py).
+  log "pause"
+  mkdir -p "$SRC/pause"; cd "$SRC/pause"
+  cat > main.go <<'GO'
+package main
+
+import (
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+// Holds the pod's namespaces until it is told to stop; reaps nothing (no shared PID namespace).
+func main() {
+	stop := make(chan os.Signal, 1)
+	signal.Notify(stop, syscall.SIGTERM, syscall.SIGINT)
+	<-stop
+}
+GO
+  printf 'module localpause\n\ngo 1.26.0\n' > go.mod
+  CGO_ENABLED=0 $NICE go build -trimpath -ldflags='-s -w' -o "$BIN/pause" .
+fi
+
+if want kwok; then
 log "kwok $KWOK_VERSION"
 GOBIN=$BIN $NICE go install -trimpath -ldflags='-s -w' "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION"
 STAGES=$(go mod download -json "sigs.k8s.io/kwok@$KWOK_VERSION" | sed -n 's/.*"Dir": "\(.*\)",/\1/p')/kustomize/stage
 cp -r "$STAGES"/. "$DIR/kwok-stages/"
 chmod -R u+w "$DIR/kwok-stages"
+fi
 ls -la "$BIN"
 log "done"

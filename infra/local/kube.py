@@ -1,5 +1,6 @@
 """A throwaway Kubernetes control plane on free loopback ports: etcd, kube-apiserver,
-kube-controller-manager, kube-scheduler, and kwok playing the nodes.
+kube-controller-manager, kube-scheduler; kwok playing fake nodes, and real nodes
+(:mod:`infra.local.kube_node`: the kubelet on containerd and runc) whose pods really run.
 
 with LocalKube() as kube:
     kube.kubeconfig                  # a kubeconfig file for the admin user
@@ -7,10 +8,11 @@ with LocalKube() as kube:
 
 Built from Go modules by ``scripts/setup k8s`` (:func:`infra.paths.k8s_dir`). Every start has its
 own data directory, certificates (a CA, a separate front-proxy CA, a service-account key) and
-ports; :meth:`stop` stops every process and removes what it created. There is no kubelet and no
-container runtime: kwok drives pod phases from :mod:`infra.local.kwok_stages` (pods are scheduled
-by the real scheduler, owned objects are collected by the real controller-manager). A
-NetworkPolicy is stored and listed, not enforced (there is no network plugin).
+ports; :meth:`stop` stops every process and removes what it created. On kwok's nodes no
+container runs: kwok drives pod phases from :mod:`infra.local.kwok_stages` (pods are scheduled by
+the real scheduler, owned objects are collected by the real controller-manager); it manages only
+the nodes it was given (annotation ``kwok.x-k8s.io/node=fake``), never a real node. A
+NetworkPolicy is stored and listed, not enforced (there is no policy agent).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from infra import paths
+from infra.local.kube_node import RealNode
 from infra.local.kwok_stages import stages_yaml
 from infra.local.process import LocalService, ServiceProcess, free_port, tail
 from schemas.errors import ServiceError
@@ -80,6 +83,8 @@ class LocalKube(LocalService):
             default (removed on stop; a given one is kept).
         nodes: fake nodes kwok manages (``kwok-node-0`` ...), each with ``node_pods`` pod slots,
             ``node_cpus`` CPUs and ``node_memory_gi`` GiB.
+        real_nodes: real kubelet nodes (0 or 1: ``openforge-node-0``; needs root), as
+            :attr:`real_node`.
         apiserver_args: extra kube-apiserver flags (e.g. ``--watch-cache=false``).
         ready_timeout: seconds each component has to become ready.
     """
@@ -90,6 +95,7 @@ class LocalKube(LocalService):
         self,
         root: Path | None = None,
         nodes: int = 1,
+        real_nodes: int = 0,
         node_pods: int = 1100,
         node_cpus: int = 32,
         node_memory_gi: int = 256,
@@ -98,12 +104,15 @@ class LocalKube(LocalService):
     ) -> None:
         self._own_root = root is None
         self.root = Path(tempfile.mkdtemp(prefix="openforge-kube-")) if root is None else root
-        self.nodes, self.node_pods = nodes, node_pods
+        if real_nodes not in (0, 1):
+            raise ValueError("real_nodes is 0 or 1 (one kubelet per machine)")
+        self.nodes, self.real_nodes, self.node_pods = nodes, real_nodes, node_pods
         self.node_cpus, self.node_memory_gi = node_cpus, node_memory_gi
         self.apiserver_args = list(apiserver_args)
         self.ready_timeout = ready_timeout
         self.etcd_port, self.api_port = free_port(), free_port()
         self._processes: list[ServiceProcess] = []
+        self.real_node: RealNode | None = None
 
     # -- where things are ------------------------------------------------------------------
     @property
@@ -175,6 +184,12 @@ class LocalKube(LocalService):
             wait()
         for n in range(self.nodes):
             self._create_node(f"kwok-node-{n}")
+        if self.real_nodes:
+            self.real_node = RealNode(
+                self.root / "node-0", self.kubeconfig, self.pki / "ca.crt", bin_dir,
+                "openforge-node-0",
+            )  # fmt: skip
+            self.real_node.start()
         self._wait_nodes_ready()
 
     def _start_etcd(self, bin_dir: Path) -> None:
@@ -212,6 +227,10 @@ class LocalKube(LocalService):
             "--requestheader-extra-headers-prefix=X-Remote-Extra-",
             f"--proxy-client-cert-file={p / 'front-proxy-client.crt'}",
             f"--proxy-client-key-file={p / 'front-proxy-client.key'}",
+            # a real node's kubelet (logs, exec): reached at its InternalIP with a client cert
+            f"--kubelet-client-certificate={p / 'admin.crt'}",
+            f"--kubelet-client-key={p / 'admin.key'}",
+            "--kubelet-preferred-address-types=InternalIP",
             *self.apiserver_args,
         ])  # fmt: skip
         api.wait_ready(lambda: self._get(f"{self.server}/readyz", tls=True), self.ready_timeout)
@@ -253,7 +272,8 @@ class LocalKube(LocalService):
         self._spawn("kwok", [
             str(bin_dir / "kwok"), f"--kubeconfig={self.kubeconfig}",
             f"--config={run / 'kwok.yaml'}",
-            "--manage-all-nodes=true", "--cidr=10.244.0.0/16", "--node-ip=127.0.0.1",
+            "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
+            "--cidr=10.244.0.0/16", "--node-ip=127.0.0.1",
             f"--node-port={kwok_port}", f"--server-address=127.0.0.1:{kwok_port}",
             "--node-lease-duration-seconds=40",
             f"--tls-cert-file={p / 'admin.crt'}", f"--tls-private-key-file={p / 'admin.key'}",
@@ -304,12 +324,15 @@ class LocalKube(LocalService):
                 for c in n.get("status", {}).get("conditions") or []
                 if c["type"] == "Ready" and c["status"] == "True"
             ]  # fmt: skip
-            if len(ready) >= self.nodes:
+            if len(ready) >= self.nodes + self.real_nodes:
                 return
             time.sleep(0.2)
+        logs = tail(self.root / "logs" / "kwok.log")
+        if self.real_node is not None:
+            logs += "\n" + self.real_node.log_tail()
         raise ServiceError(
-            f"kwok did not make {self.nodes} node(s) ready in {self.ready_timeout:.0f}s. "
-            f"Last lines of its log:\n{tail(self.root / 'logs' / 'kwok.log')}"
+            f"{self.nodes + self.real_nodes} node(s) were not ready in "
+            f"{self.ready_timeout:.0f}s. Last lines of the logs:\n{logs}"
         )
 
     def restart(self, component: str, down_s: float = 0.0) -> None:
@@ -345,8 +368,13 @@ class LocalKube(LocalService):
             raise ServiceError("the local Kubernetes control plane is not running")
         for proc in self._processes:
             proc.check_alive()
+        if self.real_node is not None:
+            self.real_node.check_alive()
 
     def stop(self) -> None:
+        if self.real_node is not None:  # first: its kubelet needs the API server to wind down
+            self.real_node.stop()
+            self.real_node = None
         for proc in reversed(self._processes):
             proc.stop(grace=5.0)
         self._processes.clear()
