@@ -52,6 +52,15 @@ class TaskObjects:
     solution: dict[str, Any] | None = None  # ConfigMap with solution/, for the oracle only
 
 
+@dataclass(frozen=True)
+class BuiltImage:
+    """A task's own image, built from its whole Dockerfile and published where the cluster
+    runs it: the reference pods use, and its WORKDIR (None: the task's ``workdir``)."""
+
+    ref: str
+    workdir: str | None
+
+
 def tar_files(files: list[tuple[Path, str]]) -> bytes:
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w:gz", compresslevel=9) as tar:
@@ -129,20 +138,28 @@ def task_objects(
     labels: dict[str, str],
     owner: dict[str, Any],
     solution: bool = False,
+    built: BuiltImage | None = None,
 ) -> TaskObjects:
     """The ConfigMaps holding ``task``'s workspace files and tests (and, with ``solution``, its
     solution, for the oracle), named by their run and their content (a run's objects are its own:
-    another run's, deleted with it, are never reused)."""
+    another run's, deleted with it, are never reused). With ``built`` (the task's own image) the
+    workspace is the image's WORKDIR as built: no files are laid out (``plan`` is None: no
+    Dockerfile line is refused)."""
     scope = labels.get(RUN, "")
     if plan is not None and plan.requirements:
         raise ConfigError(
             f"{task.dockerfile}: RUN pip install {' '.join(plan.requirements)}: the Kubernetes "
             "backend does not build images; build it and set [environment] docker_image"
         )
-    workdir = (plan.workdir if plan else None) or task.environment.workdir
-    image = task.environment.docker_image or (plan.base if plan else None)
+    workdir = (
+        (built.workdir if built else None) or (plan.workdir if plan else None)
+        or task.environment.workdir
+    )  # fmt: skip
+    image = (built.ref if built else None) or task.environment.docker_image
+    image = image or (plan.base if plan else None)
     env = dict(plan.env) if plan else {}
-    files = [] if task.environment.docker_image else _workspace_files(task, plan, workdir)
+    baked = built is not None or task.environment.docker_image is not None
+    files = [] if baked else _workspace_files(task, plan, workdir)
     environment = None
     if files:
         data = tar_files(files)

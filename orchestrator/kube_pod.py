@@ -65,6 +65,8 @@ class PodSettings:
         run_as_user: the uid (and gid) every container runs as.
         read_only_root: a read-only root filesystem for every container.
         annotations: extra annotations on every pod.
+        image_pull_policy: every container's (``IfNotPresent``: images published to a node's
+            containerd by an image sink are found there; built images are named by content).
         stray_ttl_s: after this, a run's objects count as strays that a later run deletes.
     """
 
@@ -74,6 +76,7 @@ class PodSettings:
     run_as_user: int = 1000
     read_only_root: bool = True
     annotations: dict[str, str] = field(default_factory=dict)
+    image_pull_policy: str = "IfNotPresent"
     stray_ttl_s: float = 24 * 3600.0
 
 
@@ -118,11 +121,13 @@ class _Pod:
     image: str  # the task's image, else the harness image
     security: dict[str, Any]
     resources: dict[str, Any]
+    pull_policy: str
 
     def container(self, name: str, script: str, mounts: list[dict[str, Any]],
                   image: str | None = None, **extra: Any) -> dict[str, Any]:  # fmt: skip
         return {
             "name": name, "image": image or self.image, "command": _sh(script), **extra,
+            "imagePullPolicy": self.pull_policy,
             "volumeMounts": [_mount("tmp", "/tmp"), *mounts],
             "securityContext": self.security, "resources": self.resources,
         }  # fmt: skip
@@ -164,7 +169,9 @@ def _agent_init(
     if objects.solution is not None:  # solution/ at /solution, for this container only
         solution = "tar -xzf /openforge/solution-files/solution.tar.gz -C /solution && "
     script = (
-        f"tar -xzf {SECRET_MOUNT}/home.tar.gz -C / && {solution}cd {shlex.quote(workdir)} && "
+        # The home's contents into its (volume) directory, which a non-root user may not chmod
+        f"tar -xzf {SECRET_MOUNT}/home.tar.gz -C {shlex.quote(str(home))} && "
+        f"{solution}cd {shlex.quote(workdir)} && "
         f"timeout -k 5 {int(pod.task.agent.timeout_sec)} {shlex.join(invocation.argv)}; "
         'code=$?; printf \'{"exit_code": %d}\' "$code" > /dev/termination-log; exit 0'
     )
@@ -246,7 +253,9 @@ def rollout_pod(
 ) -> dict[str, Any]:
     """The rollout's pod (see the module docstring)."""
     image = objects.image or settings.harness_image
-    pod = _Pod(task, objects, image, _security(settings), _resources(task))
+    pod = _Pod(
+        task, objects, image, _security(settings), _resources(task), settings.image_pull_policy
+    )
     # In the task's own image, the harness's install is copied in from the harness image.
     paths = harness.read_only_paths() if image != settings.harness_image else []
     tools = bool(paths)
@@ -296,7 +305,7 @@ def rollout_secret(
     owner: dict[str, Any],
 ) -> dict[str, Any]:  # fmt: skip
     """The rollout's Secret: the harness's environment (its key) and its home directory."""
-    files = [(p, str(p).lstrip("/")) for p in [home, *sorted(home.rglob("*"))]]
+    files = [(p, p.relative_to(home).as_posix()) for p in sorted(home.rglob("*"))]
     data = {f"env.{k}": base64.b64encode(v.encode()).decode() for k, v in env.items()}
     data["home.tar.gz"] = base64.b64encode(tar_files(files)).decode()
     return {

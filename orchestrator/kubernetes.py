@@ -43,6 +43,8 @@ from typing import Any
 
 from infra.harnesses import Harness
 from infra.harnesses.base import Endpoint, Report, RolloutDirs
+from infra.images import ImageBuilder, ImagePolicy
+from infra.images.sinks import image_sink
 from infra.kube import PodWatcher, WatchStats, api_client
 from infra.tasks import Task, VerifierReward, harbor
 from orchestrator import kube_status as status
@@ -61,6 +63,7 @@ from orchestrator.kube_objects import (
     MANAGED,
     ROLE,
     RUN,
+    BuiltImage,
     TaskObjects,
     dns_name,
     network_policy,
@@ -74,6 +77,7 @@ from orchestrator.workspace import image_plan
 from schemas.errors import ConfigError, InfrastructureError, TaskError
 
 log = logging.getLogger(__name__)
+LOG_LIMIT = 4 << 20  # bytes of a container's log kept
 POLICY_HINT = "; the orchestrator needs create/patch on networkpolicies there (infra/k8s)"
 
 
@@ -92,6 +96,13 @@ class KubeOptions:
         run: a name for this run's objects (default: a fresh one).
         startup_grace_s: how long an image-pull failure or an unschedulable pod may last
             before the attempt is an infrastructure failure.
+        image_sink: where task images built here go for the cluster to run them (a URL,
+            :mod:`infra.images.sinks`: ``containerd:///path/containerd.sock`` for the local
+            cluster's real node). With one, each task's own image is built (its whole
+            Dockerfile, ``RUN`` lines included) and published when the task is checked, and its
+            pods run it; without, pods run the Dockerfile's ``FROM`` image with the task's files
+            laid out from ConfigMaps, and a ``RUN`` line is refused.
+        images: how task images are resolved and built (the local backend's policy).
         watch_timeout_s: the server-side timeout of each watch request (then it resumes).
     """
 
@@ -106,6 +117,8 @@ class KubeOptions:
     run: str | None = None
     startup_grace_s: float = 20.0
     watch_timeout_s: int = 60
+    image_sink: str | None = None
+    images: ImagePolicy = field(default_factory=ImagePolicy)
 
 
 class KubernetesBackend(RolloutBackend):
@@ -126,6 +139,9 @@ class KubernetesBackend(RolloutBackend):
         self._cancelled = threading.Event()
         self.pods = RolloutPods(self.ns, options.startup_grace_s, self._cancelled)
         self._tasks: dict[tuple[str, bool], TaskObjects] = {}
+        self.sink = image_sink(options.image_sink) if options.image_sink else None
+        self._builder: ImageBuilder | None = None
+        self._built: dict[str, BuiltImage] = {}  # task id -> its published image
         self._anchor: dict[str, Any] | None = None
         self._watcher: PodWatcher | None = None
         self._last_stats = WatchStats()
@@ -204,9 +220,11 @@ class KubernetesBackend(RolloutBackend):
             if key in self._tasks:
                 return self._tasks[key]
         try:
+            built = self._built.get(task.id)
             objects = task_objects(
-                task, image_plan(task), self.ns, self.labels, owner, solution=key[1]
-            )
+                task, None if built else image_plan(task), self.ns, self.labels, owner,
+                solution=key[1], built=built,
+            )  # fmt: skip
         except TaskError as exc:
             raise ConfigError(str(exc)) from exc
         made = replace(
@@ -237,17 +255,36 @@ class KubernetesBackend(RolloutBackend):
                 "the local backend only, not yet on Kubernetes: run it with --backend local"
             )
         try:
-            plan = image_plan(task)
+            built = self._publish(task)
+            plan = None if built else image_plan(task)
             task_objects(
                 task, plan, self.ns, self.labels,
                 {"apiVersion": "v1", "kind": "ConfigMap", "name": "x", "uid": "x"},
-                solution=harness.capabilities.runs_solution,
+                solution=harness.capabilities.runs_solution, built=built,
             )  # fmt: skip
         except TaskError as exc:
             raise ConfigError(str(exc)) from exc
-        image = task.environment.docker_image or (plan.base if plan else None)
+        image = (built.ref if built else None) or task.environment.docker_image
+        image = image or (plan.base if plan else None)
         where = image or self.settings.harness_image
-        return [f"{task.id}: pods in {self.ns}, image {where}"]
+        how = f" (built, published to {self.sink.url})" if built and self.sink else ""
+        return [f"{task.id}: pods in {self.ns}, image {where}{how}"]
+
+    def _publish(self, task: Task) -> BuiltImage | None:
+        """With an image sink, the task's own image, built (or found) and published; None
+        without a sink, or for a task with no image of its own."""
+        if self.sink is None or (task.dockerfile is None and not task.environment.docker_image):
+            return None
+        with self._lock:
+            if task.id in self._built:
+                return self._built[task.id]
+            if self._builder is None:
+                self._builder = ImageBuilder(policy=self.options.images)
+        image = self._builder.image(task, say=log.info)
+        built = BuiltImage(self.sink.publish(image.ref), image.config.workdir)
+        with self._lock:
+            self._built[task.id] = built
+        return built
 
     def runs_in(self, task: Task) -> str:
         return "pod"
@@ -267,6 +304,7 @@ class KubernetesBackend(RolloutBackend):
                 reward, code, took = self._wait_verifier(name, state)
                 return Verified(agent, reward, code, took, {})
             finally:
+                self._keep_logs(name, job.root)
                 self._delete(name)
 
     def _create_pod(
@@ -330,14 +368,27 @@ class KubernetesBackend(RolloutBackend):
     def _agent_report(self, name: str, harness: Harness) -> Report | None:
         """The harness's report from the agent container's log (None if the cluster keeps no
         log, as with kwok)."""
+        text = self._log(name, "agent")
+        return harness.report(text) if text else None
+
+    def _log(self, name: str, container: str) -> str | None:
+        """A container's log (stdout and stderr, as the node keeps it; its last 4 MiB); None
+        where there is none (kwok's nodes keep no log)."""
         with contextlib.suppress(InfrastructureError):
             resp = self.k8s.call(
-                self.core.read_namespaced_pod_log, name, self.ns, container="agent",
-                limit_bytes=4 << 20,
+                self.core.read_namespaced_pod_log, name, self.ns, container=container,
+                limit_bytes=LOG_LIMIT,
             )  # fmt: skip
-            text = resp.data.decode("utf-8", "replace")
-            return harness.report(text) if text else None
+            return str(resp.data.decode("utf-8", "replace"))
         return None
+
+    def _keep_logs(self, name: str, root: Path) -> None:
+        """The agent's and the verifier's logs into the rollout's directory (``agent.out``,
+        ``verifier.out``, as on the local backend), before the pod is deleted."""
+        for container in ("agent", "verifier"):
+            text = self._log(name, container)
+            if text:
+                (root / f"{container}.out").write_text(text, encoding="utf-8")
 
     def _wait_verifier(self, name: str, state: PodState) -> tuple[VerifierReward, int, float]:
         terminated = self.pods.wait(

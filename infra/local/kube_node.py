@@ -242,7 +242,7 @@ state = "{c / "state"}"
             "healthzBindAddress": "127.0.0.1", "healthzPort": self.healthz_port,
             "evictionHard": {}, "imageGCHighThresholdPercent": 100,
             "imageGCLowThresholdPercent": 99,
-            "resolvConf": "", "localStorageCapacityIsolation": False,
+            "resolvConf": "", "localStorageCapacityIsolation": True,
             "serializeImagePulls": False, "nodeStatusReportFrequency": "10s",
             "syncFrequency": "10s", "fileCheckFrequency": "10s",
         }  # fmt: skip

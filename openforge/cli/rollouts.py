@@ -111,6 +111,15 @@ def run(
     harness_image: Annotated[
         str, typer.Option(help="kubernetes: the image holding the harnesses.")
     ] = "ghcr.io/openforge/openforge:latest",
+    kube_image_sink: Annotated[
+        str | None,
+        typer.Option(
+            help="kubernetes: build each task's own image here and publish it to this sink for "
+            "its pods (containerd:///PATH/containerd.sock: the local cluster's real node, as "
+            "`openforge services up --kube` prints it). Default: pods run the Dockerfile's "
+            "FROM image with the task's files laid out, and RUN lines are refused."
+        ),
+    ] = None,
 ) -> None:
     """Run every task N times with HARNESS: lay out, run in a sandbox, verify, record rewards."""
     from rich.console import Console
@@ -154,6 +163,8 @@ def run(
         kubernetes=KubeOptions(
             kubeconfig=kubeconfig,
             pod=PodSettings(namespace=kube_namespace, harness_image=harness_image),
+            image_sink=kube_image_sink,
+            images=ImagePolicy(strict=strict_images, pull=pull_images),
         ),
     )
     job = _Job(console, chosen, dataset, n, out, backend, section, kube_proxy_url)

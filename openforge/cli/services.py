@@ -5,11 +5,20 @@ from __future__ import annotations
 import contextlib
 import signal
 import time
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.console import Console
+
+
+class KubeNodes(StrEnum):
+    """``--kube-nodes``: the local cluster's nodes."""
+
+    REAL = "real"  # one kubelet node on containerd and runc: pods really run (root)
+    KWOK = "kwok"  # kwok's fake nodes: pods are scheduled, their phases played
+
 
 app = typer.Typer(
     help="Local services: a Kafka broker, a vLLM server, a Kubernetes control plane.",
@@ -24,9 +33,17 @@ def up(
     kube: Annotated[
         bool,
         typer.Option(
-            help="Start a local Kubernetes control plane (kwok nodes; `scripts/setup k8s`)."
+            help="Start a local Kubernetes control plane (`scripts/setup k8s`) with a real node "
+            "(the kubelet on containerd and runc; needs root) or kwok nodes."
         ),
     ] = False,
+    kube_nodes: Annotated[
+        KubeNodes,
+        typer.Option(
+            help="With --kube: `real` (one kubelet node whose pods run; root) or `kwok` (fake "
+            "nodes: pods are scheduled and their phases played, no container runs)."
+        ),
+    ] = KubeNodes.REAL,
     model_dir: Annotated[
         Path | None,
         typer.Option(
@@ -58,12 +75,25 @@ def up(
                 f"(log: {server.log_path})"
             )
         if kube:
+            real = kube_nodes is KubeNodes.REAL
             with console.status("starting a local Kubernetes control plane"):
-                cluster = stack.enter_context(LocalKube())
+                cluster = stack.enter_context(
+                    LocalKube(nodes=0, real_nodes=1) if real else LocalKube()
+                )
             console.print(
                 f"[green]kube[/]   {cluster.server}  export KUBECONFIG={cluster.kubeconfig}  "
-                f"(logs: {cluster.root / 'logs'}; nodes are kwok's: pods run no containers)"
+                f"(logs: {cluster.root / 'logs'})",
+                soft_wrap=True,
             )
+            node = cluster.real_node
+            if node is not None:
+                console.print(
+                    f"[green]node[/]   {node.name}: pods reach this machine at {node.gateway}; "
+                    f"task images: --kube-image-sink {node.sink.url}",
+                    soft_wrap=True,
+                )
+            else:
+                console.print("[green]node[/]   kwok-node-0 (kwok's: pods run no containers)")
         console.print("running; press Ctrl-C to stop")
         try:
             while True:
