@@ -100,6 +100,21 @@ def agent_ran(terminated: dict[str, Any]) -> bool:
     return _agent_code(terminated) not in (None, TIMEOUT_EXIT)
 
 
+def oom_killed(terminated: dict[str, Any], memory_mb: int) -> InfrastructureError | None:
+    """Why the verifier will not run after this agent container, or None. Kubernetes counts an
+    init container whose cgroup saw an OOM kill as failed, whatever its exit code: the kubelet
+    stops the pod's sandbox and never starts the verifier, while the pod stays Pending (until
+    its deadline). So the attempt ends here, with no reward: an infrastructure failure the
+    orchestrator may retry, saying what to change."""
+    if terminated.get("reason") != "OOMKilled":
+        return None
+    return InfrastructureError(
+        f"the agent's container was OOM-killed at its {memory_mb} MiB limit; Kubernetes does "
+        "not run the verifier after an OOM-killed init container, so this attempt has no "
+        "reward: raise [environment] memory_mb in task.toml if the task needs more"
+    )
+
+
 def agent_end(terminated: dict[str, Any], timeout_s: float, report: Report | None) -> AgentEnd:
     """The agent's end from its container's termination (its wrapper writes
     ``{"exit_code": N}``; 124: the task's agent timeout struck)."""

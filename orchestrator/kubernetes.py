@@ -299,8 +299,10 @@ class KubernetesBackend(RolloutBackend):
             try:
                 pod = self._create_pod(job, name, objects, owner)
                 self.pods.created(state, pod["spec"]["activeDeadlineSeconds"])
-                agent = self._wait_agent(name, state, job)
+                agent, no_verifier = self._wait_agent(name, state, job)
                 on_agent_end(agent)
+                if no_verifier is not None:
+                    raise no_verifier
                 reward, code, took = self._wait_verifier(name, state)
                 return Verified(agent, reward, code, took, {})
             finally:
@@ -356,14 +358,18 @@ class KubernetesBackend(RolloutBackend):
             self._anchor = None
 
     # -- one rollout's pod ------------------------------------------------------------------
-    def _wait_agent(self, name: str, state: PodState, job: RolloutJob) -> AgentEnd:
+    def _wait_agent(
+        self, name: str, state: PodState, job: RolloutJob
+    ) -> tuple[AgentEnd, InfrastructureError | None]:
+        """The agent's end; and why no verifier will follow it (None: one will)."""
         terminated = self.pods.wait(
             name, state, lambda pod: status.terminated(pod, "agent", init=True)
         )
         # A harness that calls no model has no report worth a log read per pod.
         wants_report = job.harness.capabilities.calls_model and status.agent_ran(terminated)
         report = self._agent_report(name, job.harness) if wants_report else None
-        return status.agent_end(terminated, job.task.agent.timeout_sec, report)
+        end = status.agent_end(terminated, job.task.agent.timeout_sec, report)
+        return end, status.oom_killed(terminated, job.task.environment.memory_mb)
 
     def _agent_report(self, name: str, harness: Harness) -> Report | None:
         """The harness's report from the agent container's log (None if the cluster keeps no

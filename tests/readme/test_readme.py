@@ -16,6 +16,7 @@ their ``--help``: each sub-command exists and takes every option named.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from collections.abc import Iterator
@@ -47,6 +48,24 @@ READY = r"running; press Ctrl-C to stop"
 VLLM_PORT = r"vllm\s+http://127\.0\.0\.1:(\d+)/v1"
 PROXY_READY = r"openforge proxy.* listening on http://127\.0\.0\.1:8100"
 REGISTERED = r'"api_key":\s*"ofk_'
+
+
+def _kube_run_checked(runs: Path) -> None:
+    """The pods really ran each task's built image: the same verifier, run in the pod after
+    each harness, gave 1 for the solution and 0 for nothing; what the containers printed was
+    kept before the pods were deleted (sqlite-report's solution needs the sqlite3 and jq its
+    Dockerfile's `RUN apt-get install` put in its image)."""
+    tasks = {"sqlite-report", "run-as-user", "package-count"}
+    for name, reward in (("oracle", 1.0), ("noop", 0.0)):
+        rollouts = sorted((runs / name / "rollouts").iterdir())
+        results = {(r := json.loads((d / "result.json").read_text()))["task_id"]: r
+                   for d in rollouts}  # fmt: skip
+        assert {t: (r["status"], r["reward"]) for t, r in results.items()} == {
+            t: ("verified", reward) for t in tasks
+        }, results
+        assert all(f"reward: {int(reward)}" in (d / "verifier.out").read_text() for d in rollouts)
+    sqlite = next((runs / "oracle" / "rollouts").glob("*sqlite-report*"))
+    assert json.loads((sqlite / "agent.out").read_text())["grace"] == 104000
 
 
 def _harness_runs(names: tuple[str, ...]) -> Spec:
@@ -135,7 +154,26 @@ SPECS: dict[str, Spec] = {
         )
     ),
     ".venv/bin/openforge services up --kube --no-kafka --no-vllm": Spec(
-        service=True, ready=READY, expect=(r"export KUBECONFIG=/\S+",)
+        service=True,
+        ready=READY,
+        expect=(r"export KUBECONFIG=/\S+", r"node\s+openforge-node-0"),
+        capture={
+            "KUBECONFIG_FILE": r"export KUBECONFIG=(\S+)",
+            "IMAGE_SINK": r"--kube-image-sink (containerd://\S+)",
+        },
+    ),
+    "kubectl --kubeconfig KUBECONFIG_FILE create namespace openforge-rollouts": Spec(
+        expect=(r"namespace/openforge-rollouts created",)
+    ),
+    ".venv/bin/openforge rollouts run --tasks examples/images --harness oracle,noop --backend "
+    "kubernetes --kubeconfig KUBECONFIG_FILE --kube-image-sink IMAGE_SINK --out runs/kube": Spec(
+        expect=(
+            r"oracle: 3 verified, 0 gave up after infrastructure failures, 0 calls recorded, "
+            r"mean reward 1\.000",
+            r"noop: 3 verified, 0 gave up after infrastructure failures, 0 calls recorded, "
+            r"mean reward 0\.000",
+        ),
+        check=lambda work, _: _kube_run_checked(work / "runs" / "kube"),
     ),
     ".venv/bin/openforge pipeline run --source local:runs/cpu-demo/log --to local:runs/episodes "
     "--stop-when-idle 3": Spec(

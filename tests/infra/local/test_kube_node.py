@@ -160,8 +160,12 @@ def test_stop_leaves_no_process_mount_link_or_namespace(tmp_path: Path) -> None:
         from kubernetes import client
 
         core: Any = client.CoreV1Api(kube.api())
-        node.load_image(IMAGE)
-        core.create_namespaced_pod("default", _pod("left", "sleep 600"))
+        # the sandbox image's program runs until stopped (no image to load: every node has it)
+        pod = _pod("left", "")
+        container = pod["spec"]["containers"][0]
+        container["image"] = PAUSE_IMAGE
+        del container["command"]
+        core.create_namespaced_pod("default", pod)
         _wait("the pod to run", lambda: core.read_namespaced_pod("left", "default").status.phase
               == "Running")  # fmt: skip
         netns = set(Path("/var/run/netns").glob("cni-*"))
