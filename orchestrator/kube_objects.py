@@ -214,12 +214,21 @@ def network_policy(
     proxy_labels: dict[str, str],
     proxy_port: int,
     proxy_ports: int = 1,
+    proxy_cidr: str | None = None,
 ) -> dict[str, Any]:
     """No ingress; egress only to the proxy's pods on its ``proxy_ports`` consecutive ports from
-    ``proxy_port`` (a proxy pool: its front, then its workers), and to the cluster's DNS."""
+    ``proxy_port`` (a proxy pool: its front, then its workers), and to the cluster's DNS. With
+    ``proxy_cidr`` the proxy is outside the cluster (the local cluster's proxy on this machine,
+    at the node's gateway): egress on those ports to that address block instead."""
     port: dict[str, Any] = {"protocol": "TCP", "port": proxy_port}
     if proxy_ports > 1:
         port["endPort"] = proxy_port + proxy_ports - 1
+    proxy: dict[str, Any] = (
+        {"ipBlock": {"cidr": proxy_cidr}} if proxy_cidr else {
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": proxy_namespace}},
+            "podSelector": {"matchLabels": proxy_labels},
+        }
+    )  # fmt: skip
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
@@ -229,14 +238,7 @@ def network_policy(
             "policyTypes": ["Ingress", "Egress"],
             "ingress": [],
             "egress": [
-                {
-                    "to": [{
-                        "namespaceSelector": {
-                            "matchLabels": {"kubernetes.io/metadata.name": proxy_namespace}},
-                        "podSelector": {"matchLabels": proxy_labels},
-                    }],
-                    "ports": [port],
-                },
+                {"to": [proxy], "ports": [port]},
                 {
                     "to": [{
                         "namespaceSelector": {

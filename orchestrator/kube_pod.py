@@ -65,6 +65,10 @@ class PodSettings:
         run_as_user: the uid (and gid) every container runs as.
         read_only_root: a read-only root filesystem for every container.
         annotations: extra annotations on every pod.
+        egress_canary: ``HOST:PORT`` that no NetworkPolicy allows (the local cluster's node
+            prints it): the pod's first container waits until its connection there is refused,
+            so that no container of the rollout runs before the policy agent has confined the
+            pod (up to 30 s, then the pod fails: an infrastructure failure). None: no wait.
         image_pull_policy: every container's (``IfNotPresent``: images published to a node's
             containerd by an image sink are found there; built images are named by content).
         stray_ttl_s: after this, a run's objects count as strays that a later run deletes.
@@ -77,6 +81,7 @@ class PodSettings:
     read_only_root: bool = True
     annotations: dict[str, str] = field(default_factory=dict)
     image_pull_policy: str = "IfNotPresent"
+    egress_canary: str | None = None
     stray_ttl_s: float = 24 * 3600.0
 
 
@@ -122,6 +127,7 @@ class _Pod:
     security: dict[str, Any]
     resources: dict[str, Any]
     pull_policy: str
+    canary: str | None = None
 
     def container(self, name: str, script: str, mounts: list[dict[str, Any]],
                   image: str | None = None, **extra: Any) -> dict[str, Any]:  # fmt: skip
@@ -133,9 +139,23 @@ class _Pod:
         }  # fmt: skip
 
 
+def _confined(canary: str) -> str:
+    """Waits (bash's /dev/tcp; the verifier needs bash anyway) until a connection to the
+    canary is refused: the pod's NetworkPolicy is in force. Exit 1 after 30 s."""
+    host, port = canary.rsplit(":", 1)
+    probe = f"(exec 3<>/dev/tcp/{host}/{int(port)}) 2>/dev/null"
+    return shlex.join(["bash", "-c", (
+        f"for i in $(seq 150); do {probe} || exit 0; sleep 0.2; done; "
+        "echo 'egress not confined after 30 s: is the NetworkPolicy agent running?' >&2; exit 1"
+    )])  # fmt: skip
+
+
 def _workspace_init(pod: _Pod) -> dict[str, Any]:
-    """Copies the image's WORKDIR and the task's files into the workspace volume."""
-    steps = [f"cp -a {shlex.quote(pod.objects.workdir)}/. {WORKSPACE_MOUNT}/ 2>/dev/null || true"]
+    """Copies the image's WORKDIR and the task's files into the workspace volume (first, with
+    an egress canary: waits until the pod is confined)."""
+    steps = [_confined(pod.canary)] if pod.canary else []
+    workdir = shlex.quote(pod.objects.workdir)
+    steps.append(f"{{ cp -a {workdir}/. {WORKSPACE_MOUNT}/ 2>/dev/null || true; }}")
     mounts = [_mount("workspace", WORKSPACE_MOUNT)]
     if pod.objects.environment is not None:
         steps.append(f"tar -xzf {BUNDLE_MOUNT}/environment/environment.tar.gz -C {WORKSPACE_MOUNT}")
@@ -254,8 +274,9 @@ def rollout_pod(
     """The rollout's pod (see the module docstring)."""
     image = objects.image or settings.harness_image
     pod = _Pod(
-        task, objects, image, _security(settings), _resources(task), settings.image_pull_policy
-    )
+        task, objects, image, _security(settings), _resources(task), settings.image_pull_policy,
+        settings.egress_canary,
+    )  # fmt: skip
     # In the task's own image, the harness's install is copied in from the harness image.
     paths = harness.read_only_paths() if image != settings.harness_image else []
     tools = bool(paths)

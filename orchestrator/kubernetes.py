@@ -89,6 +89,9 @@ class KubeOptions:
         kubeconfig: the cluster (None: ``$KUBECONFIG``, ``~/.kube/config`` or in-cluster).
         pod: how pods are made (namespace, proxy URL, images, security).
         proxy_namespace, proxy_labels, proxy_port: the proxy's pods, the only egress allowed.
+        proxy_cidr: the proxy's address block when it runs outside the cluster (e.g.
+            ``10.88.5.1/32``, the local cluster's node gateway, where a proxy on this machine
+            listens): egress goes there instead of to the proxy's pods.
         proxy_ports: how many consecutive ports from ``proxy_port`` egress may reach: 1 for
             one proxy; ``1 + N`` for a pool of N workers run with ``--worker-port-base
             PORT+1`` and ``--advertise-host`` set to the name pods reach it by (each rollout's
@@ -114,6 +117,7 @@ class KubeOptions:
     )
     proxy_port: int = 8000
     proxy_ports: int = 1
+    proxy_cidr: str | None = None
     run: str | None = None
     startup_grace_s: float = 20.0
     watch_timeout_s: int = 60
@@ -190,7 +194,7 @@ class KubernetesBackend(RolloutBackend):
     def _ensure_policy(self) -> None:
         body = network_policy(
             self.ns, self.options.proxy_namespace, self.options.proxy_labels,
-            self.options.proxy_port, self.options.proxy_ports,
+            self.options.proxy_port, self.options.proxy_ports, self.options.proxy_cidr,
         )  # fmt: skip
         what = f"creating the rollout NetworkPolicy in {self.ns}"
         made = self.k8s.call(self.net.create_namespaced_network_policy, self.ns, body,

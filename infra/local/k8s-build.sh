@@ -3,15 +3,15 @@
 # etcd (a wrapper module around etcdmain.Main), kube-apiserver, kube-controller-manager,
 # kube-scheduler and the kubelet (a wrapper module with `tool` lines: `go install
 # k8s.io/kubernetes/...@v` is refused because of its replace directives), kwok, and the pause
-# program of a real node's pod sandboxes. Copies kwok's stage definitions to DIR/kwok-stages.
+# program of a real node's pod sandboxes, and kube-router (the node's NetworkPolicy agent). Copies kwok's stage definitions to DIR/kwok-stages.
 # Versions come from the environment (infra/versions.env); GOMODCACHE/GOCACHE from the caller.
-# PARTS (after DIR; default all): etcd kube kwok node. `node` (the kubelet and pause) alone
+# PARTS (after DIR; default all): etcd kube kwok node. `node` (the kubelet, pause, kube-router) alone
 # upgrades a control plane built before the real node existed.
 set -euo pipefail
 DIR=$1; shift
 PARTS=${*:-etcd kube kwok node}
 want() { [[ " $PARTS " == *" $1 "* ]]; }
-: "${K8S_VERSION:?}" "${ETCD_VERSION:?}" "${KWOK_VERSION:?}"
+: "${K8S_VERSION:?}" "${ETCD_VERSION:?}" "${KWOK_VERSION:?}" "${KUBE_ROUTER_VERSION:?}"
 BIN=$DIR/bin SRC=$DIR/src
 export GOMAXPROCS=${GOMAXPROCS:-2} GOFLAGS="${GOFLAGS:-} -p=1"
 NICE="nice -n 19"
@@ -91,6 +91,11 @@ func main() {
 GO
   printf 'module localpause\n\ngo 1.26.0\n' > go.mod
   CGO_ENABLED=0 $NICE go build -trimpath -ldflags='-s -w' -o "$BIN/pause" .
+  # The NetworkPolicy agent: kube-router, its firewall only (no routing, no service proxy)
+  log "kube-router $KUBE_ROUTER_VERSION"
+  GOBIN=$BIN $NICE go install -trimpath -ldflags='-s -w' \
+    "github.com/cloudnativelabs/kube-router/v2/cmd/kube-router@$KUBE_ROUTER_VERSION"
+  touch "$BIN/.kube-router-$KUBE_ROUTER_VERSION"
 fi
 
 if want kwok; then

@@ -191,6 +191,8 @@ class LocalKube(LocalService):
             )  # fmt: skip
             self.real_node.start()
         self._wait_nodes_ready()
+        if self.real_node is not None:
+            self.real_node.start_policy_agent()
 
     def _start_etcd(self, bin_dir: Path) -> None:
         peer = free_port()

@@ -42,6 +42,7 @@ from typing import Any
 
 from infra.images import ImageStore
 from infra.images.sinks import ContainerdSink
+from infra.local.kube_netpol import PolicyAgent
 from infra.local.process import ServiceProcess, free_port, kill_tagged, tail
 from schemas.errors import ServiceError, SetupError
 
@@ -88,6 +89,9 @@ class RealNode:
         self.port, self.healthz_port = free_port(), free_port()
         self._containerd: ServiceProcess | None = None
         self._kubelet: ServiceProcess | None = None
+        self.policy = PolicyAgent(
+            bin_dir / "kube-router", kubeconfig, name, self.gateway, self.logs / "kube-router.log"
+        )
 
     # -- where things are ------------------------------------------------------------------------
     @property
@@ -112,11 +116,11 @@ class RealNode:
                 "a real node runs containers with containerd and runc, which need root here: "
                 "run as root, or use kwok nodes (LocalKube(nodes=N), the default)"
             )
-        for binary in ("kubelet", "pause"):
+        for binary in ("kubelet", "pause", "kube-router"):
             if not (self.bin_dir / binary).exists():
                 raise SetupError(
                     f"{self.bin_dir / binary} is missing: run `scripts/setup k8s` (it adds the "
-                    "kubelet to a control plane built before it, about a minute)"
+                    "real node's programs to a control plane built before them, ~6 minutes)"
                 )
 
     def start(self) -> None:
@@ -266,10 +270,16 @@ state = "{c / "state"}"
         ) as r:
             return bool(r.status == 200)
 
+    def start_policy_agent(self) -> None:
+        """The NetworkPolicy agent (:mod:`infra.local.kube_netpol`), once the node is
+        registered: it reads its Node object."""
+        self.policy.start()
+
     def check_alive(self) -> None:
         for proc in (self._containerd, self._kubelet):
             if proc is not None:
                 proc.check_alive()
+        self.policy.check_alive()
 
     def restart_kubelet(self, down_s: float = 0.0) -> None:
         """Stop the kubelet, wait ``down_s``, start it again (a fault: its pods keep running)."""
@@ -288,7 +298,8 @@ state = "{c / "state"}"
     # -- teardown ---------------------------------------------------------------------------------
     def stop(self) -> None:
         """Stop the kubelet, remove every container and sandbox, stop containerd, and leave
-        nothing: no process, mount, bridge or file of the node's."""
+        nothing: no process, mount, bridge, firewall rule or file of the node's."""
+        self.policy.stop()
         if self._kubelet is not None:
             self._kubelet.stop(grace=5.0)
             self._kubelet = None

@@ -120,6 +120,14 @@ def run(
             "FROM image with the task's files laid out, and RUN lines are refused."
         ),
     ] = None,
+    kube_egress_canary: Annotated[
+        str | None,
+        typer.Option(
+            help="kubernetes: HOST:PORT no NetworkPolicy allows (`openforge services up --kube` "
+            "prints the local node's); each pod waits until it is refused there, confined, "
+            "before its first container's work."
+        ),
+    ] = None,
 ) -> None:
     """Run every task N times with HARNESS: lay out, run in a sandbox, verify, record rewards."""
     from rich.console import Console
@@ -162,7 +170,11 @@ def run(
         ),
         kubernetes=KubeOptions(
             kubeconfig=kubeconfig,
-            pod=PodSettings(namespace=kube_namespace, harness_image=harness_image),
+            pod=PodSettings(
+                namespace=kube_namespace,
+                harness_image=harness_image,
+                egress_canary=kube_egress_canary,
+            ),
             image_sink=kube_image_sink,
             images=ImagePolicy(strict=strict_images, pull=pull_images),
         ),

@@ -89,7 +89,8 @@ def up(
             if node is not None:
                 console.print(
                     f"[green]node[/]   {node.name}: pods reach this machine at {node.gateway}; "
-                    f"task images: --kube-image-sink {node.sink.url}",
+                    f"task images: --kube-image-sink {node.sink.url}; NetworkPolicy enforced "
+                    f"(kube-router): --kube-egress-canary {node.policy.canary}",
                     soft_wrap=True,
                 )
             else:

@@ -7,11 +7,14 @@ container: the README's block, tests/readme.)"""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shlex
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +24,7 @@ from infra.local.kube import LocalKube
 
 ROOT = Path(__file__).resolve().parents[2]
 NS = "openforge-rollouts"
+IMAGE = "localhost/python:3.11-slim"
 
 
 @pytest.fixture(scope="module")
@@ -149,3 +153,121 @@ def test_an_oom_kill_and_a_missing_image_end_within_a_minute_and_say_why(
 
 def _results_all(run: Path) -> list[dict[str, Any]]:
     return [json.loads(p.read_text()) for p in sorted(run.glob("rollouts/*/result.json"))]
+
+
+class _Server:
+    """An HTTP server on this machine answering its own token."""
+
+    def __init__(self, host: str) -> None:
+        import http.server
+        import threading
+
+        token = uuid.uuid4().hex
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(token)))
+                self.end_headers()
+                self.wfile.write(token.encode())
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.token = token
+        self.server = http.server.ThreadingHTTPServer((host, 0), Handler)
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+
+PROBE = """
+import json, socket, sys, urllib.request
+out = {}
+for name, url in json.loads(sys.argv[1]).items():
+    try:
+        out[name] = urllib.request.urlopen(url, timeout=3).read().decode()
+    except Exception as exc:
+        out[name] = "refused" if "refused" in str(exc) else type(exc).__name__
+print(json.dumps(out))
+"""
+
+
+def _probe(core: Any, ns: str, name: str, urls: dict[str, str], labels: dict[str, str],
+           canary: str | None = None) -> dict[str, str]:  # fmt: skip
+    """What a pod in ``ns`` reaches of ``urls`` (its output: each body, or why not)."""
+    from orchestrator.kube_pod import _confined
+
+    wait = f"{_confined(canary)} && " if canary else ""
+    script = f"{wait}python3 -c {shlex.quote(PROBE)} {shlex.quote(json.dumps(urls))}"
+    pod = {
+        "metadata": {"name": name, "labels": labels},
+        "spec": {"restartPolicy": "Never", "terminationGracePeriodSeconds": 1,
+                 "containers": [{"name": "c", "image": IMAGE, "imagePullPolicy": "IfNotPresent",
+                                 "command": ["bash", "-c", script]}]},
+    }  # fmt: skip
+    core.create_namespaced_pod(ns, pod)
+    deadline = time.monotonic() + 90
+    while core.read_namespaced_pod(name, ns).status.phase not in ("Succeeded", "Failed"):
+        assert time.monotonic() < deadline, f"pod {ns}/{name} did not end"
+        time.sleep(0.3)
+    log = core.read_namespaced_pod_log(name, ns)
+    core.delete_namespaced_pod(name, ns, grace_period_seconds=0)
+    return dict(json.loads(log.strip().splitlines()[-1]))
+
+
+def test_a_rollout_pod_reaches_the_proxy_and_nothing_else(real_kube: LocalKube, core: Any) -> None:
+    """The backend's NetworkPolicy, enforced on the node by its policy agent: a rollout pod
+    reaches the proxy's port and is refused everything else this machine serves (another port
+    at the gateway, the kubelet, this machine's other address, another pod); the same probes
+    from a namespace without the policy reach them all, so the refusals are the policy's."""
+    from kubernetes import client
+
+    from orchestrator.kube_objects import ROLE, network_policy
+
+    node = real_kube.real_node
+    assert node is not None
+    node.load_image(IMAGE)
+    proxy, other = _Server(node.gateway), _Server("0.0.0.0")
+    machine = socket_address()
+    core.create_namespace({"metadata": {"name": "open"}})
+    peer = {
+        "metadata": {"name": "peer", "labels": {"app": "peer"}},
+        "spec": {"containers": [{"name": "c", "image": IMAGE, "imagePullPolicy": "IfNotPresent",
+                                 "command": ["python3", "-m", "http.server", "8080"]}]},
+    }  # fmt: skip
+    core.create_namespaced_pod("open", peer)
+    deadline = time.monotonic() + 60
+    while not (ip := core.read_namespaced_pod("peer", "open").status.pod_ip):
+        assert time.monotonic() < deadline
+        time.sleep(0.3)
+    net = client.NetworkingV1Api(real_kube.api())
+    with contextlib.suppress(client.ApiException):  # a run's policy: replaced by this one
+        net.delete_namespaced_network_policy("openforge-rollouts", NS)
+    net.create_namespaced_network_policy(
+        NS, network_policy(NS, "openforge", {}, proxy.port, proxy_cidr=f"{node.gateway}/32")
+    )
+    urls = {
+        "proxy": f"http://{node.gateway}:{proxy.port}/",
+        "other port": f"http://{node.gateway}:{other.port}/",
+        "machine": f"http://{machine}:{other.port}/",
+        "kubelet": f"http://{node.gateway}:{node.port}/",
+        "peer pod": f"http://{ip}:8080/",
+    }
+    time.sleep(1.0)  # the peer's server
+    free = _probe(core, "open", "free", urls, {})
+    assert free["proxy"] == proxy.token and free["other port"] == other.token
+    assert free["machine"] == other.token and "refused" not in free["peer pod"]
+    assert free["kubelet"] != "refused"  # it answers (a TLS port spoken to in plain HTTP)
+    confined = _probe(core, NS, "confined", urls, {ROLE: "rollout"}, canary=node.policy.canary)
+    assert confined == {"proxy": proxy.token, "other port": "refused", "machine": "refused",
+                        "kubelet": "refused", "peer pod": "refused"}, confined  # fmt: skip
+    core.delete_namespaced_pod("peer", "open", grace_period_seconds=0)
+
+
+def socket_address() -> str:
+    """This machine's address on its own network (not loopback, not a pod network's)."""
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.connect(("10.255.255.255", 1))
+        return str(s.getsockname()[0])

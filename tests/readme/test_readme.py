@@ -159,14 +159,16 @@ SPECS: dict[str, Spec] = {
         expect=(r"export KUBECONFIG=/\S+", r"node\s+openforge-node-0"),
         capture={
             "KUBECONFIG_FILE": r"export KUBECONFIG=(\S+)",
-            "IMAGE_SINK": r"--kube-image-sink (containerd://\S+)",
+            "IMAGE_SINK": r"--kube-image-sink (containerd://\S+);",
+            "EGRESS_CANARY": r"--kube-egress-canary (\S+)",
         },
     ),
     "kubectl --kubeconfig KUBECONFIG_FILE create namespace openforge-rollouts": Spec(
         expect=(r"namespace/openforge-rollouts created",)
     ),
     ".venv/bin/openforge rollouts run --tasks examples/images --harness oracle,noop --backend "
-    "kubernetes --kubeconfig KUBECONFIG_FILE --kube-image-sink IMAGE_SINK --out runs/kube": Spec(
+    "kubernetes --kubeconfig KUBECONFIG_FILE --kube-image-sink IMAGE_SINK --kube-egress-canary "
+    "EGRESS_CANARY --out runs/kube": Spec(
         expect=(
             r"oracle: 3 verified, 0 gave up after infrastructure failures, 0 calls recorded, "
             r"mean reward 1\.000",

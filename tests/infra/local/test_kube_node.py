@@ -175,6 +175,8 @@ def test_stop_leaves_no_process_mount_link_or_namespace(tmp_path: Path) -> None:
     assert subprocess.run(["ip", "link", "show", bridge], capture_output=True).returncode != 0
     assert not any(p.exists() for p in netns)
     assert not root.exists()
+    rules = subprocess.run(["iptables-save"], capture_output=True, text=True).stdout
+    assert "KUBE-ROUTER" not in rules and "KUBE-POD-FW" not in rules  # the policy agent's
     assert (tmp_path / "kube" / "node-0" / "logs" / "kubelet.log").exists()  # logs are kept
     stray = subprocess.run(["pgrep", "-f", str(root)], capture_output=True, text=True).stdout
     assert stray == ""
