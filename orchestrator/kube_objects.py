@@ -50,15 +50,18 @@ class TaskObjects:
     environment: dict[str, Any] | None  # ConfigMap with environment.tar.gz, if any files
     tests: dict[str, Any]  # ConfigMap with the files of tests/
     solution: dict[str, Any] | None = None  # ConfigMap with solution/, for the oracle only
+    holds_harness: bool = False  # the image carries the harness's install (no copy per pod)
 
 
 @dataclass(frozen=True)
 class BuiltImage:
     """A task's own image, built from its whole Dockerfile and published where the cluster
-    runs it: the reference pods use, and its WORKDIR (None: the task's ``workdir``)."""
+    runs it: the reference pods use, its WORKDIR (None: the task's ``workdir``), and whether
+    the harness's install was added to it (:mod:`infra.images.layers`)."""
 
     ref: str
     workdir: str | None
+    holds_harness: bool = False
 
 
 def tar_files(files: list[tuple[Path, str]]) -> bytes:
@@ -183,6 +186,7 @@ def task_objects(
             namespace, "tests.tar.gz", tests, labels, owner, f"task {task.id}'s tests",
         ),
         solved,
+        holds_harness=built is not None and built.holds_harness,
     )  # fmt: skip
 
 

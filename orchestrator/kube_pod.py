@@ -5,12 +5,14 @@ One pod per rollout; its containers run in order:
 
 1. init ``workspace`` (the task's image): copies the image's WORKDIR and the task's files
    (``environment/``, or its Dockerfile's ``COPY`` lines) into the ``workspace`` volume;
-2. init ``tools`` (the harness image; only when the task brings its own image): copies the
+2. init ``tools`` (the harness image; only when the task brings its own image and it was not
+   built here with the harness's install added, :mod:`infra.images.layers`): copies the
    harness's install (:meth:`Harness.read_only_paths`) into a volume mounted read-only, at the
    same paths, into the agent's container;
 3. init ``agent``: the harness, headless, under the task's agent timeout. Its environment (the
    proxy's per-rollout URL and key) and its home directory come from the rollout's Secret,
-   mounted into this container only. It writes ``{"exit_code": N}`` to its termination log;
+   mounted into this container only. It writes ``{"exit_code": N}`` to its termination log,
+   with the CPU time and peak memory its container's cgroup counted (the rollout's costs);
 4. ``verifier``: ``bash /tests/test.sh`` over the workspace, with ``tests/`` (a ConfigMap)
    mounted into this container only; it writes its exit code and the reward file
    (``reward.json`` / ``reward.txt``) to its termination log, which the backend reads.
@@ -139,6 +141,21 @@ class _Pod:
         }  # fmt: skip
 
 
+# Defines ``usage``: what the container's own cgroup counted so far, as JSON members (``,
+# "cpu_us": N, "peak_bytes": M``; each left out where unreadable), cgroup v2 or v1. Plain sh and
+# `read` (no awk): task images are anyone's.
+_USAGE = (
+    "usage() { c=; m=; "
+    "if [ -r /sys/fs/cgroup/cpu.stat ]; then read -r _ c < /sys/fs/cgroup/cpu.stat; "
+    "elif [ -r /sys/fs/cgroup/cpuacct/cpuacct.usage ]; then "
+    "read -r c < /sys/fs/cgroup/cpuacct/cpuacct.usage; c=$((c / 1000)); fi; "
+    "for f in /sys/fs/cgroup/memory.peak /sys/fs/cgroup/memory/memory.max_usage_in_bytes; do "
+    '[ -r "$f" ] && { read -r m < "$f"; break; }; done; '
+    'case "$c" in *[!0-9]*|"") ;; *) printf \', "cpu_us": %s\' "$c";; esac; '
+    'case "$m" in *[!0-9]*|"") ;; *) printf \', "peak_bytes": %s\' "$m";; esac; }; '
+)
+
+
 def _confined(canary: str) -> str:
     """Waits (bash's /dev/tcp; the verifier needs bash anyway) until a connection to the
     canary is refused: the pod's NetworkPolicy is in force. Exit 1 after 30 s."""
@@ -193,7 +210,8 @@ def _agent_init(
         f"tar -xzf {SECRET_MOUNT}/home.tar.gz -C {shlex.quote(str(home))} && "
         f"{solution}cd {shlex.quote(workdir)} && "
         f"timeout -k 5 {int(pod.task.agent.timeout_sec)} {shlex.join(invocation.argv)}; "
-        'code=$?; printf \'{"exit_code": %d}\' "$code" > /dev/termination-log; exit 0'
+        f"code=$?; {_USAGE}"
+        'printf \'{"exit_code": %d%s}\' "$code" "$(usage)" > /dev/termination-log; exit 0'
     )
     secret_env = [
         {"name": k, "valueFrom": {"secretKeyRef": {"name": secret_name, "key": f"env.{k}"}}}
@@ -219,10 +237,10 @@ def _verifier(pod: _Pod) -> dict[str, Any]:
     script = (
         "tar -xzf /openforge/tests/tests.tar.gz -C /tests && "
         f"cd {shlex.quote(workdir)} && timeout -k 5 {int(pod.task.verifier.timeout_sec)} "
-        "bash /tests/test.sh; code=$?; "
+        f"bash /tests/test.sh; code=$?; {_USAGE}"
         "f=; if [ -f /logs/verifier/reward.json ]; then f=reward.json; "
         "elif [ -f /logs/verifier/reward.txt ]; then f=reward.txt; fi; "
-        '{ printf \'{"exit_code": %d, "file": "%s"}\\n\' "$code" "$f"; '
+        '{ printf \'{"exit_code": %d, "file": "%s"%s}\\n\' "$code" "$f" "$(usage)"; '
         f'[ -n "$f" ] && head -c {TERMINATION_LIMIT} "/logs/verifier/$f"; }} '
         "> /dev/termination-log; exit 0"
     )
@@ -277,8 +295,10 @@ def rollout_pod(
         task, objects, image, _security(settings), _resources(task), settings.image_pull_policy,
         settings.egress_canary,
     )  # fmt: skip
-    # In the task's own image, the harness's install is copied in from the harness image.
-    paths = harness.read_only_paths() if image != settings.harness_image else []
+    # In the task's own image, the harness's install is copied in from the harness image,
+    # unless the image was built with it (an image sink's build adds it as a layer).
+    own = image != settings.harness_image and not objects.holds_harness
+    paths = harness.read_only_paths() if own else []
     tools = bool(paths)
     init = [_workspace_init(pod)]
     tool_mounts: list[dict[str, Any]] = []

@@ -90,6 +90,18 @@ def verifier_result(terminated: dict[str, Any]) -> tuple[VerifierReward, int, fl
     return reward, code, duration(terminated)
 
 
+def usage(terminated: dict[str, Any], container: str) -> dict[str, float]:
+    """What the container's own cgroup counted (its wrapper's ``cpu_us`` and ``peak_bytes``) as
+    the rollout's costs ``<container>_cpu_s`` and ``<container>_peak_mib``; none it left out."""
+    meta = message_json((terminated.get("message") or "").partition("\n")[0])
+    costs = {}
+    for key, name, scale in (("cpu_us", "cpu_s", 1e-6), ("peak_bytes", "peak_mib", 2.0**-20)):
+        value = meta.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+            costs[f"{container}_{name}"] = value * scale
+    return costs
+
+
 def _agent_code(terminated: dict[str, Any]) -> int | None:
     code = message_json(terminated.get("message") or "").get("exit_code")
     return code if isinstance(code, int) else None

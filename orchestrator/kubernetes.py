@@ -14,6 +14,10 @@ every rollout's state (:mod:`orchestrator.kube_wait`); :meth:`run` waits on it:
   the harness's exit code (124: the task's agent timeout struck);
 - the ``verifier`` container's termination log carries the reward file, read by the rule of
   :mod:`infra.tasks.reward`;
+- each of the two also reports what its own cgroup counted: the rollout's ``agent_cpu_s``,
+  ``agent_peak_mib``, ``verifier_cpu_s`` and ``verifier_peak_mib`` (``RolloutEvent.costs``;
+  its ``*_start_s`` and ``save_s`` are left out: the API's timestamps are whole seconds, and no
+  final workspace is kept);
 - an image that cannot be pulled, a container that cannot be created, or a pod the scheduler
   cannot place for ``startup_grace_s`` is an :class:`InfrastructureError` (the orchestrator
   retries it as a new attempt); so is a pod that fails, is evicted or disappears.
@@ -44,6 +48,7 @@ from typing import Any
 from infra.harnesses import Harness
 from infra.harnesses.base import Endpoint, Report, RolloutDirs
 from infra.images import ImageBuilder, ImagePolicy
+from infra.images.layers import add_files
 from infra.images.sinks import image_sink
 from infra.kube import PodWatcher, WatchStats, api_client
 from infra.tasks import Task, VerifierReward, harbor
@@ -145,7 +150,7 @@ class KubernetesBackend(RolloutBackend):
         self._tasks: dict[tuple[str, bool], TaskObjects] = {}
         self.sink = image_sink(options.image_sink) if options.image_sink else None
         self._builder: ImageBuilder | None = None
-        self._built: dict[str, BuiltImage] = {}  # task id -> its published image
+        self._built: dict[tuple[str, str], BuiltImage] = {}  # (task, harness) -> its image
         self._anchor: dict[str, Any] | None = None
         self._watcher: PodWatcher | None = None
         self._last_stats = WatchStats()
@@ -224,7 +229,7 @@ class KubernetesBackend(RolloutBackend):
             if key in self._tasks:
                 return self._tasks[key]
         try:
-            built = self._built.get(task.id)
+            built = self._built.get((task.id, harness.name))
             objects = task_objects(
                 task, None if built else image_plan(task), self.ns, self.labels, owner,
                 solution=key[1], built=built,
@@ -259,7 +264,7 @@ class KubernetesBackend(RolloutBackend):
                 "the local backend only, not yet on Kubernetes: run it with --backend local"
             )
         try:
-            built = self._publish(task)
+            built = self._publish(task, harness)
             plan = None if built else image_plan(task)
             task_objects(
                 task, plan, self.ns, self.labels,
@@ -274,20 +279,25 @@ class KubernetesBackend(RolloutBackend):
         how = f" (built, published to {self.sink.url})" if built and self.sink else ""
         return [f"{task.id}: pods in {self.ns}, image {where}{how}"]
 
-    def _publish(self, task: Task) -> BuiltImage | None:
-        """With an image sink, the task's own image, built (or found) and published; None
-        without a sink, or for a task with no image of its own."""
+    def _publish(self, task: Task, harness: Harness) -> BuiltImage | None:
+        """With an image sink, the task's own image, built (or found), with the harness's
+        install added as a layer (:mod:`infra.images.layers`), and published; None without a
+        sink, or for a task with no image of its own."""
         if self.sink is None or (task.dockerfile is None and not task.environment.docker_image):
             return None
+        key = (task.id, harness.name)
         with self._lock:
-            if task.id in self._built:
-                return self._built[task.id]
+            if key in self._built:
+                return self._built[key]
             if self._builder is None:
                 self._builder = ImageBuilder(policy=self.options.images)
         image = self._builder.image(task, say=log.info)
-        built = BuiltImage(self.sink.publish(image.ref), image.config.workdir)
+        ref, files = image.ref, harness.install_files()
+        if files:
+            ref = add_files(self._builder.store, ref, files, harness.name)
+        built = BuiltImage(self.sink.publish(ref), image.config.workdir, holds_harness=True)
         with self._lock:
-            self._built[task.id] = built
+            self._built[key] = built
         return built
 
     def runs_in(self, task: Task) -> str:
@@ -303,12 +313,12 @@ class KubernetesBackend(RolloutBackend):
             try:
                 pod = self._create_pod(job, name, objects, owner)
                 self.pods.created(state, pod["spec"]["activeDeadlineSeconds"])
-                agent, no_verifier = self._wait_agent(name, state, job)
+                agent, no_verifier, costs = self._wait_agent(name, state, job)
                 on_agent_end(agent)
                 if no_verifier is not None:
                     raise no_verifier
-                reward, code, took = self._wait_verifier(name, state)
-                return Verified(agent, reward, code, took, {})
+                reward, code, took, verifier_costs = self._wait_verifier(name, state)
+                return Verified(agent, reward, code, took, costs={**costs, **verifier_costs})
             finally:
                 self._keep_logs(name, job.root)
                 self._delete(name)
@@ -364,8 +374,9 @@ class KubernetesBackend(RolloutBackend):
     # -- one rollout's pod ------------------------------------------------------------------
     def _wait_agent(
         self, name: str, state: PodState, job: RolloutJob
-    ) -> tuple[AgentEnd, InfrastructureError | None]:
-        """The agent's end; and why no verifier will follow it (None: one will)."""
+    ) -> tuple[AgentEnd, InfrastructureError | None, dict[str, float]]:
+        """The agent's end; why no verifier will follow it (None: one will); what its
+        container's cgroup counted."""
         terminated = self.pods.wait(
             name, state, lambda pod: status.terminated(pod, "agent", init=True)
         )
@@ -373,7 +384,8 @@ class KubernetesBackend(RolloutBackend):
         wants_report = job.harness.capabilities.calls_model and status.agent_ran(terminated)
         report = self._agent_report(name, job.harness) if wants_report else None
         end = status.agent_end(terminated, job.task.agent.timeout_sec, report)
-        return end, status.oom_killed(terminated, job.task.environment.memory_mb)
+        memory_mb = job.task.environment.memory_mb
+        return end, status.oom_killed(terminated, memory_mb), status.usage(terminated, "agent")
 
     def _agent_report(self, name: str, harness: Harness) -> Report | None:
         """The harness's report from the agent container's log (None if the cluster keeps no
@@ -400,11 +412,13 @@ class KubernetesBackend(RolloutBackend):
             if text:
                 (root / f"{container}.out").write_text(text, encoding="utf-8")
 
-    def _wait_verifier(self, name: str, state: PodState) -> tuple[VerifierReward, int, float]:
+    def _wait_verifier(
+        self, name: str, state: PodState
+    ) -> tuple[VerifierReward, int, float, dict[str, float]]:
         terminated = self.pods.wait(
             name, state, lambda pod: status.terminated(pod, "verifier", init=False)
         )
-        return status.verifier_result(terminated)
+        return (*status.verifier_result(terminated), status.usage(terminated, "verifier"))
 
     def _delete(self, name: str) -> None:
         with contextlib.suppress(InfrastructureError):

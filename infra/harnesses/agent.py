@@ -29,6 +29,7 @@ from infra.harnesses.base import (
     RolloutDirs,
     json_objects,
 )
+from infra.harnesses.python_files import python_files
 from schemas.enums import Dialect
 from schemas.errors import SetupError
 
@@ -171,6 +172,11 @@ class Agent(Harness):
 
     def read_only_paths(self) -> list[Path]:
         return list(interpreter(self.python).paths)
+
+    def install_files(self) -> list[Path]:
+        """The interpreter and the OpenAI SDK with what it requires, not the whole venv."""
+        argv0 = interpreter(self.python).argv0
+        return sorted({*_links(argv0), argv0.resolve(), *python_files(argv0, ["openai"])})
 
     def bin_dirs(self) -> list[Path]:
         # Not the venv's bin: the agent's commands must find the sandbox's own python3.

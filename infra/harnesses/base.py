@@ -154,6 +154,12 @@ class Harness(abc.ABC):
         the harness to run (its install, its Node or Python runtime). Not the rollout's home
         and workspace, which are the rollout's own, nor the task's files."""
 
+    def install_files(self) -> list[Path]:
+        """What an image that carries the harness holds, at the same absolute paths (files,
+        symlinks or whole directories): by default :meth:`read_only_paths`. A harness whose
+        runtime holds much it never loads names less."""
+        return self.read_only_paths()
+
     def node_bin_dir(self) -> Path | None:
         """A directory to put first on PATH for the harness's Node (None: the system's)."""
         return None
