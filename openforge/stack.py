@@ -53,11 +53,14 @@ class ProxyOptions:
         max_model_len: the context window the proxy checks calls against (tokens).
         max_tokens_cap: the cap on any call's generation budget.
         workers: worker processes; more than one: each rollout's harness calls its own worker.
+        host: the address it listens on (and its admin API is reached at): loopback, or an
+            address of this machine that a cluster's pods reach.
     """
 
     max_model_len: int | None = None
     max_tokens_cap: int | None = None
     workers: int = 1
+    host: str = "127.0.0.1"
 
 
 @dataclass(frozen=True)
@@ -125,7 +128,7 @@ def proxy_argv(
     argv = [
         sys.executable, "-m", "openforge", "proxy", "--upstream", upstream, "--model", model,
         "--tokenizer", str(tokenizer), "--log", log_url, "--spool", str(spool),
-        "--port", str(port),
+        "--port", str(port), "--host", options.host,
     ]  # fmt: skip
     if options.max_model_len is not None:
         argv += ["--max-model-len", str(options.max_model_len)]
@@ -171,7 +174,7 @@ def proxy_process(
     proxy = ServiceProcess(
         "proxy", argv, out / "proxy.log", env={**os.environ, "OPENFORGE_ADMIN_TOKEN": token}
     )
-    admin = ProxyAdmin(f"http://127.0.0.1:{port}", token)
+    admin = ProxyAdmin(f"http://{options.host}:{port}", token)
 
     def ready() -> bool:
         try:

@@ -95,7 +95,10 @@ class HarnessSection:
 class RolloutsSection:
     samples_per_task: int = _f(4, "rollouts per task and update: one GRPO group")
     concurrency: int = _f(4, "rollouts running at once")
-    backend: RolloutBackendName = _f(RolloutBackendName.LOCAL, "where rollouts run: local")
+    backend: RolloutBackendName = _f(
+        RolloutBackendName.LOCAL,
+        "where rollouts run: local (sandboxes) or kubernetes (a pod each; see [kubernetes])",
+    )
     max_attempts: int = _f(3, "attempts per rollout when infrastructure fails")
     sandbox: SandboxMode = _f(
         SandboxMode.AUTO, "auto: tasks with a Dockerfile in a container of their image"
@@ -104,6 +107,19 @@ class RolloutsSection:
     image_fallbacks: dict[str, str] = _f(
         dict(DEFAULT_FALLBACKS), "FROM pattern -> local stand-in image, tried in order"
     )
+
+
+@dataclass
+class KubernetesSection:
+    kubeconfig: str = _f(
+        "", "the cluster ('': start the local one, a real kubelet node, as root)", path=True
+    )
+    namespace: str = _f("openforge-rollouts", "where rollout pods run (created if missing)")
+    proxy_host: str = _f(
+        "", "an address of this machine pods reach; the proxy listens there ('': the node's)"
+    )
+    image_sink: str = _f("", "where task images go (containerd:///SOCK; '': the node's)")
+    egress_canary: str = _f("", "HOST:PORT no NetworkPolicy allows ('': the node's)")
 
 
 MAX_PROXY_WORKERS = 64
@@ -171,6 +187,7 @@ class TrainConfig:
     tasks: TasksSection = field(default_factory=TasksSection)
     harness: HarnessSection = field(default_factory=HarnessSection)
     rollouts: RolloutsSection = field(default_factory=RolloutsSection)
+    kubernetes: KubernetesSection = field(default_factory=KubernetesSection)
     proxy: ProxySection = field(default_factory=ProxySection)
     event_log: EventLogSection = field(default_factory=EventLogSection)
     pipeline: PipelineSection = field(default_factory=PipelineSection)
@@ -212,9 +229,20 @@ class TrainConfig:
             )
         if "--workers" in self.proxy.extra_args:
             raise ConfigError("set proxy.workers (or --proxy-workers), not --workers in extra_args")
-        if self.rollouts.backend is not RolloutBackendName.LOCAL:
+        if self.rollouts.backend is RolloutBackendName.KUBERNETES:
+            self._check_kubernetes()
+
+    def _check_kubernetes(self) -> None:
+        kube = self.kubernetes
+        if self.proxy.workers != 1:
             raise ConfigError(
-                f"rollouts.backend = {self.rollouts.backend!r} is not available yet (only 'local')"
+                "rollouts.backend = 'kubernetes' runs one proxy worker: set proxy.workers = 1 "
+                "(pods reach the proxy at one address)"
+            )
+        if kube.kubeconfig and not kube.proxy_host:
+            raise ConfigError(
+                "with kubernetes.kubeconfig, set kubernetes.proxy_host: an address of this "
+                "machine that the cluster's pods reach (the proxy listens there)"
             )
 
     def to_toml(self) -> str:

@@ -31,6 +31,7 @@ from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
+from urllib.parse import urlsplit
 
 from infra.engine_meter import EngineMeter
 from infra.images import ImagePolicy
@@ -44,6 +45,7 @@ from openforge.stack import (
     pipeline_process,
     serve,
 )
+from openforge.train.cluster import RolloutCluster, rollout_cluster
 from openforge.train.config import TrainConfig
 from openforge.train.driver import EvalLog, Pacing, RolloutDriver
 from openforge.train.launch import Launch, prepare_launch
@@ -68,9 +70,10 @@ class Watched(Protocol):
     def check_alive(self) -> None: ...
 
 
-def stack_spec(cfg: TrainConfig, root: Path, launch: Launch) -> StackSpec:
-    """The run's vLLM and proxy: the policy as the LoRA adapter ``policy`` on the warm-started
-    model, or (``trainer.lora_rank = 0``) as full weights served under that name."""
+def stack_spec(cfg: TrainConfig, root: Path, launch: Launch, host: str = "127.0.0.1") -> StackSpec:
+    """The run's vLLM and proxy (listening on ``host``): the policy as the LoRA adapter
+    ``policy`` on the warm-started model, or (``trainer.lora_rank = 0``) as full weights served
+    under that name."""
     lora = cfg.trainer.lora_rank > 0
     served = (
         ModelServer(launch.model_dir, None, cfg.model.context, max(cfg.trainer.lora_rank, 8))
@@ -87,6 +90,7 @@ def stack_spec(cfg: TrainConfig, root: Path, launch: Launch) -> StackSpec:
             max_model_len=cfg.model.context,
             max_tokens_cap=cfg.proxy.max_tokens_cap,
             workers=cfg.proxy.workers,  # >1: each sandbox gets its worker's socket
+            host=host,
         ),
         proxy_args=tuple(cfg.proxy.extra_args),
     )
@@ -152,10 +156,11 @@ class TrainingRun:
         if self._nothing_left(launch):
             return self._report_again()
         with ExitStack() as stack:
-            services, vllm, sync = self._start_stack(stack, launch)
+            cluster = stack.enter_context(rollout_cluster(self.cfg, self.root, self.say))
+            services, vllm, sync = self._start_stack(stack, launch, cluster)
             job = pipeline_job(self.cfg, self.root, launch.log_url)
             pipeline = stack.enter_context(pipeline_process(job, self.root / "pipeline.log"))
-            self._start_driver(stack, launch, services)
+            self._start_driver(stack, launch, services, cluster)
             self._start_watchdog([vllm, pipeline])
             engine = stack.enter_context(EngineMeter(vllm.base_url))
             self._train(launch, sync, engine)
@@ -179,11 +184,14 @@ class TrainingRun:
         return f"{self.cfg.tasks.dataset} ({self.cfg.harness.name})"
 
     def _start_stack(
-        self, stack: ExitStack, launch: Launch
+        self, stack: ExitStack, launch: Launch, cluster: RolloutCluster | None
     ) -> tuple[Stack, VLLMServer, WeightSync]:
-        """vLLM and the proxy, serving the launch's first weights as its policy version; the
-        weight sync that hands the trainer's next ones over."""
-        services = stack.enter_context(serve(stack_spec(self.cfg, self.root, launch), self.say))
+        """vLLM and the proxy (listening where the cluster's pods reach it, if any), serving
+        the launch's first weights as its policy version; the weight sync that hands the
+        trainer's next ones over."""
+        host = cluster.proxy_host if cluster is not None else "127.0.0.1"
+        spec = stack_spec(self.cfg, self.root, launch, host)
+        services = stack.enter_context(serve(spec, self.say))
         vllm = services.vllm
         assert vllm is not None  # stack_spec always asks for one
         lora = self.cfg.trainer.lora_rank > 0
@@ -196,11 +204,13 @@ class TrainingRun:
             admin.set_policy_version(launch.version)
         return services, vllm, sync
 
-    def _orchestrators(self, stack: ExitStack, launch: Launch, services: Stack) -> None:
+    def _orchestrators(
+        self, stack: ExitStack, launch: Launch, services: Stack, cluster: RolloutCluster | None
+    ) -> None:
         """The rollout backend and the train and eval orchestrators; the tasks checked."""
         cfg = self.cfg
         run_proxy = RunProxy(services.admin.url, services.endpoint)
-        backend = build_backend(_backend_config(cfg), run_proxy)
+        backend = build_backend(_backend_config(cfg, cluster, services.admin.url), run_proxy)
         stack.callback(backend.close)
         orch_cfg = OrchestratorConfig(
             concurrency=cfg.rollouts.concurrency,
@@ -216,9 +226,11 @@ class TrainingRun:
         for note, n in _collapse(self.train_orch.check([*train_tasks, *heldout])):
             self.say(f"note ({n} tasks): {note}" if n > 1 else f"note: {note}")
 
-    def _start_driver(self, stack: ExitStack, launch: Launch, services: Stack) -> None:
+    def _start_driver(
+        self, stack: ExitStack, launch: Launch, services: Stack, cluster: RolloutCluster | None
+    ) -> None:
         """The rollout driver, paced to the trainer, from the update after the last one made."""
-        self._orchestrators(stack, launch, services)
+        self._orchestrators(stack, launch, services, cluster)
         assert self.train_orch is not None and self.eval_orch is not None
         self.driver = RolloutDriver(
             services.admin,
@@ -360,8 +372,18 @@ def _collapse(notes: list[str]) -> list[tuple[str, int]]:
     return list(counts.items())
 
 
-def _backend_config(cfg: TrainConfig) -> RolloutBackendConfig:
-    """The rollout backend's section from ``[rollouts]``: where tasks with an image run."""
+def _backend_config(
+    cfg: TrainConfig, cluster: RolloutCluster | None, proxy_url: str
+) -> RolloutBackendConfig:
+    """The rollout backend's section from ``[rollouts]`` (where tasks with an image run) and,
+    on Kubernetes, the cluster and the proxy's port."""
     r = cfg.rollouts
     images = ImagePolicy(fallbacks=r.image_fallbacks, strict=r.strict_images)
-    return RolloutBackendConfig(name=r.backend, local=LocalConfig(sandbox=r.sandbox, images=images))
+    local = LocalConfig(sandbox=r.sandbox, images=images)
+    if cluster is None:
+        return RolloutBackendConfig(name=r.backend, local=local)
+    port = urlsplit(proxy_url).port
+    assert port is not None  # the proxy's admin URL is http://HOST:PORT
+    return RolloutBackendConfig(
+        name=r.backend, local=local, kubernetes=cluster.options(port, images)
+    )

@@ -43,7 +43,15 @@ def test_every_field_has_a_default_and_a_description() -> None:
         ({"trainer": {"steps": 0}}, "trainer.steps must be at least 1"),
         ({"trainer": {"lr": -1.0}}, "trainer.lr must be >= 0"),
         ({"evaluation": {"tasks": -1}}, "evaluation.tasks must be >= 0"),
-        ({"rollouts": {"backend": "kubernetes"}}, "not available yet"),
+        ({"rollouts": {"backend": "pods"}}, "choose one of local, kubernetes"),
+        (
+            {"rollouts": {"backend": "kubernetes"}, "proxy": {"workers": 2}},
+            "set proxy.workers = 1",
+        ),
+        (
+            {"rollouts": {"backend": "kubernetes"}, "kubernetes": {"kubeconfig": "/k"}},
+            "set kubernetes.proxy_host",
+        ),
         ({"pipeline": {"beam_args": "--runner=X"}}, "pipeline.beam_args must be a list"),
         ({"trainer": 3}, "[trainer] must be a table"),
         ({"proxy": {"workers": 0}}, "proxy.workers must be from 1 to 64, not 0"),

@@ -1,14 +1,18 @@
-"""`openforge train` on Kafka: the 2-update config with a broker of its own as the event log.
+"""`openforge train` scaled out: the 2-update config with a Kafka broker of its own as the event
+log and every rollout a pod on the local Kubernetes cluster's real node.
 
-The same config on the embedded log is the README's main job, checked in depth by
+The same config on the embedded log and sandboxes is the README's main job, checked in depth by
 tests/readme (with tests/openforge/train/checks.py); this one swaps the event log for a real
-broker and runs the same checks. The raw tiny model (no warm start): this checks the wiring.
-Its held-out evaluations cover the split's first two tasks (``evaluation.tasks``).
+broker and the rollout backend for Kubernetes (the run starts its own cluster: a control plane
+and a kubelet on containerd and runc, kube-router enforcing the rollout NetworkPolicy) and runs
+the same checks. The raw tiny model (no warm start): this checks the wiring. Its held-out
+evaluations cover the split's first two tasks (``evaluation.tasks``).
 """
 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -41,13 +45,31 @@ def _train(out: Path, extra: list[str]) -> None:
     assert "2 updates in" in done.stdout
 
 
-def test_the_same_config_runs_on_kafka(tmp_path: Path) -> None:
+def _ran_in_pods(out: Path) -> None:
+    """Every rollout, trained on or evaluated, was a pod of the real node's kubelet (its log,
+    kept under the run's services/), its agent's output came back from the container's log, and
+    that agent called the model from there through the proxy (its recorded calls)."""
+    kubelet = (out / "services" / "kube" / "node-0" / "logs" / "kubelet.log").read_text()
+    pods = set(re.findall(r"\bro-([a-z0-9-]+)-[0-9a-f]{10}\b", kubelet))
+    results = {p.parent: json.loads(p.read_text()) for p in out.glob("*/rollouts/*/result.json")}
+    assert len(results) == 2 * 4 + 2 * 2  # two updates of 4, two evaluations of 2
+    assert {r["rollout_id"] for r in results.values()} <= pods
+    assert all(r["status"] == "verified" and r["calls"] >= 1 for r in results.values()), results
+    for where in results:  # what the agent printed in its container: its start and its end
+        kinds = [
+            json.loads(line)["type"] for line in (where / "agent.out").read_text().splitlines()
+        ]
+        assert kinds[0] == "start" and kinds[-1] == "final", kinds
+
+
+def test_the_same_config_runs_on_kafka_with_pods_on_kubernetes(tmp_path: Path) -> None:
     out = tmp_path / "run"
     # A broker of its own: the run's topics and consumer groups see only this run.
     with KafkaBroker(data_dir=tmp_path / "kafka") as broker:
         url = f"kafka://{broker.bootstrap}"
-        _train(out, [f"event_log.url={url}"])
+        _train(out, [f"event_log.url={url}", "rollouts.backend=kubernetes"])
         check_run(out, url, per_update=4)
+    _ran_in_pods(out)
     evaluated = [json.loads(p.read_text()) for p in out.glob("eval/rollouts/*/result.json")]
     assert len(evaluated) == 2 * 2  # two tasks, once each at v0 and at v2
     heldout = load_dataset(ROOT / "examples" / "echo-words", split="heldout")
