@@ -67,12 +67,16 @@ class RunningProxy:
 
 @contextmanager
 def serve_in_thread(
-    app: object, what: str, log_level: str = "warning", unix_socket: Path | None = None
+    app: object,
+    what: str,
+    log_level: str = "warning",
+    unix_socket: Path | None = None,
+    host: str = "127.0.0.1",
 ) -> Iterator[str]:
-    """Serve an ASGI app under uvicorn in a daemon thread on a free port (and, if given, a Unix
-    socket); yields its URL."""
+    """Serve an ASGI app under uvicorn in a daemon thread on a free port of ``host`` (and, if
+    given, a Unix socket); yields its URL."""
     port = free_port()
-    sockets = listeners("127.0.0.1", port, unix_socket)
+    sockets = listeners(host, port, unix_socket)
     server = make_server(app, log_level=log_level)
     thread = threading.Thread(target=server.run, kwargs={"sockets": sockets}, daemon=True)
     thread.start()
@@ -82,7 +86,7 @@ def serve_in_thread(
             raise RuntimeError(f"the {what} did not start")
         time.sleep(0.05)
     try:
-        yield f"http://127.0.0.1:{port}"
+        yield f"http://{host}:{port}"
     finally:
         server.should_exit = True
         thread.join(30)
@@ -95,11 +99,12 @@ def running_proxy(
     config: ProxyConfig,
     unix_socket: Path | None = None,
     open_log: Callable[[], EventLogWriter] | None = None,
+    host: str = "127.0.0.1",
 ) -> Iterator[RunningProxy]:
-    """The proxy app served in a thread; ``open_log`` opens its event log writer (default: the
-    one ``config.log_url`` names)."""
+    """The proxy app served in a thread on ``host``; ``open_log`` opens its event log writer
+    (default: the one ``config.log_url`` names)."""
     app = create_app(config, open_log)
-    with serve_in_thread(app, "proxy", unix_socket=unix_socket) as url:
+    with serve_in_thread(app, "proxy", unix_socket=unix_socket, host=host) as url:
         yield RunningProxy(url, config, app, unix_socket)
 
 

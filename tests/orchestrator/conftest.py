@@ -3,10 +3,12 @@ socket for the sandboxes) and a helper that runs a job through the real local ba
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from infra.harnesses import Harness
 from infra.sandbox import ProxyEndpoint
@@ -63,3 +65,29 @@ def job(
             OrchestratorConfig(concurrency=concurrency, max_attempts=max_attempts, backoff_s=0.1),
         )
         yield Job(proxy, orchestrator, tmp / "run")
+
+
+def run_objects(core: Any, ns: str, run_label: str) -> list[str]:
+    """A Kubernetes run's pods, secrets and config maps in ``ns`` (kind/name)."""
+    sel = f"openforge.dev/run={run_label}"
+    return [
+        f"{kind}/{o.metadata.name}"
+        for kind, items in (
+            ("pod", core.list_namespaced_pod(ns, label_selector=sel).items),
+            ("secret", core.list_namespaced_secret(ns, label_selector=sel).items),
+            ("configmap", core.list_namespaced_config_map(ns, label_selector=sel).items),
+        )
+        for o in items
+    ]
+
+
+def wait_gone(core: Any, ns: str, run_label: str, timeout: float = 60.0) -> None:
+    """Until nothing of the run is left in ``ns`` (the garbage collector's work)."""
+    deadline = time.monotonic() + timeout
+    left: list[str] = []
+    while time.monotonic() < deadline:
+        left = run_objects(core, ns, run_label)
+        if not left:
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"left behind after {timeout:.0f}s: {left}")

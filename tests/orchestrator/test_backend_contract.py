@@ -2,16 +2,14 @@
 
 Each backend is built as the command line builds it (its config section, by name, through the
 registry, with a real proxy) and plays the oracle on a task whose solution exits with the case's
-code and whose verifier writes the case's reward. The local backend runs both for real in
-bubblewrap sandboxes; on the Kubernetes backend (a real API server, kwok playing the nodes, as in
-``test_kubernetes.py``) no container runs, so kwok is given what the containers' wrappers would
-write (:mod:`infra.local.kwok_stages`) as the pods' annotations. A backend added later (its name
-in :class:`~orchestrator.backend.RolloutBackendName`) joins the parametrisation.
+code and whose verifier writes the case's reward. Both run for real: the local backend in
+bubblewrap sandboxes, the Kubernetes backend as pods of the local cluster's real node (the
+kubelet on containerd and runc), in a local image imported into the node. A backend added later
+(its name in :class:`~orchestrator.backend.RolloutBackendName`) joins the parametrisation.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import threading
 import time
@@ -23,7 +21,6 @@ from typing import Any
 import pytest
 
 from infra.harnesses import Agent, Oracle
-from infra.local.kwok_stages import AGENT_MESSAGE, VERIFIER_MESSAGE
 from infra.local.process import processes_of
 from infra.sandbox import ProxyEndpoint
 from infra.tasks import Task, load_task
@@ -43,6 +40,7 @@ from schemas.enums import RolloutPhase
 from schemas.errors import ConfigError, InfrastructureError, SetupError
 
 NS = "openforge-rollouts"
+IMAGE = "localhost/python:3.11-slim"  # a task without an image runs in this one on the node
 
 
 @dataclass(frozen=True)
@@ -52,16 +50,6 @@ class Play:
 
     exit_code: int | None = 0
     reward: str | None = "1"
-
-    def annotations(self) -> dict[str, str]:
-        """What the agent's and the verifier's wrappers would write (kwok's cue)."""
-        out = {}
-        if self.exit_code is not None:
-            out[AGENT_MESSAGE] = json.dumps({"exit_code": self.exit_code})
-        file = "" if self.reward is None else "reward.txt"
-        report = json.dumps({"exit_code": 0, "file": file})
-        out[VERIFIER_MESSAGE] = f"{report}\n{self.reward or ''}\n"
-        return out
 
 
 def _task(root: Path, play: Play, solution: bool = True) -> Task:
@@ -93,8 +81,7 @@ class Contract:
     def backend(self, play: Play) -> RolloutBackend:
         assert self.proxy.unix_socket is not None
         kubeconfig = self.kube.kubeconfig if self.kube is not None else None
-        pod = PodSettings(namespace=NS, proxy_url=self.proxy.url, harness_image="openforge:test",
-                          annotations=play.annotations())  # fmt: skip
+        pod = PodSettings(namespace=NS, proxy_url=self.proxy.url, harness_image=IMAGE)
         config = RolloutBackendConfig(
             name=self.name, kubernetes=KubeOptions(kubeconfig=kubeconfig, pod=pod)
         )
@@ -138,10 +125,11 @@ def contract(
     if request.param is RolloutBackendName.KUBERNETES:
         from kubernetes import client
 
-        kube = request.getfixturevalue("local_kube")
+        kube = request.getfixturevalue("real_kube")
         core = client.CoreV1Api(kube.api())
         if not any(n.metadata.name == NS for n in core.list_namespace().items):
             core.create_namespace({"metadata": {"name": NS}})
+            kube.real_node.load_image(IMAGE)
     case = Contract(request.param, proxy, tmp_path, kube)
     try:
         yield case

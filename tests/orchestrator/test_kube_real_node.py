@@ -1,9 +1,12 @@
-"""The Kubernetes backend on the local cluster's real node, under faults: the kubelet and the
-API server restarted mid-run, an agent OOM-killed, an image the node cannot get. Each rollout
-ends (verified, or an infrastructure failure that says why) within a minute of its fault, none
-is lost or rewarded twice, nothing is left in the namespace. Run through the command line, as a
-user types it. (Oracle and noop on examples/images in real pods, rewards from the verifier's
-container: the README's block, tests/readme.)"""
+"""The Kubernetes backend on the local cluster's real node, where every container really runs.
+
+Under faults: the kubelet and the API server restarted mid-run, an agent OOM-killed, an image
+the node cannot get. Each rollout ends (verified, or an infrastructure failure that says why)
+within a minute of its fault, none is lost or rewarded twice, nothing is left in the namespace;
+run through the command line, as a user types it. A rollout pod reaches the proxy and nothing
+else (the NetworkPolicy, enforced). The built-in agent plays in a confined pod and its reward
+becomes an episode. A run that died is swept by the next. (Oracle and noop on examples/images
+in real pods, rewards from the verifier's container: the README's block, tests/readme.)"""
 
 from __future__ import annotations
 
@@ -13,6 +16,7 @@ import os
 import shlex
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -271,3 +275,177 @@ def socket_address() -> str:
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
         s.connect(("10.255.255.255", 1))
         return str(s.getsockname()[0])
+
+
+ECHO = ROOT / "examples" / "echo-words" / "echo-about"
+
+
+def _container(pod: Any, name: str) -> Any:
+    return next(c for c in [*pod.spec.init_containers, *pod.spec.containers] if c.name == name)
+
+
+def _check_confined(pod: Any, proxy_port: int, gateway: str, net: Any) -> None:
+    """No token, no service links, a deadline, non-root everywhere, the task's resources, the
+    tests only in the verifier, the rollout's Secret only in the agent, the harness in the
+    task's built image (no copy of it per pod), egress to the proxy's address and port only."""
+    from orchestrator.kube_objects import ROLE
+
+    spec = pod.spec
+    assert spec.automount_service_account_token is False
+    assert spec.enable_service_links is False and spec.restart_policy == "Never"
+    assert spec.active_deadline_seconds == 60 + 30 + 300
+    assert spec.security_context.run_as_non_root is True
+    containers = [*spec.init_containers, *spec.containers]
+    assert [c.name for c in containers] == ["workspace", "agent", "verifier"]
+    for c in containers:
+        sc = c.security_context
+        assert sc.run_as_non_root and sc.allow_privilege_escalation is False
+        assert sc.read_only_root_filesystem and sc.capabilities.drop == ["ALL"]
+        # task.toml: cpus = 1, memory_mb = 1024, storage_mb = 64 (as the API server writes them)
+        assert c.resources.limits == {"cpu": "1", "memory": "1Gi", "ephemeral-storage": "64Mi"}
+        assert c.resources.requests == c.resources.limits
+        assert c.image.startswith("localhost/openforge/with-agent:")
+    mounts = {c.name: {m.name for m in c.volume_mounts} for c in containers}
+    assert [n for n, m in mounts.items() if "tests" in m or "tests-files" in m] == ["verifier"]
+    assert [n for n, m in mounts.items() if "rollout" in m] == ["agent"]
+    secret_users = {
+        c.name
+        for c in containers
+        for e in (c.env or [])
+        if e.value_from and e.value_from.secret_key_ref
+    }
+    assert secret_users == {"agent"}
+    policy = net.read_namespaced_network_policy("openforge-rollouts", NS)
+    assert policy.spec.pod_selector.match_labels == {ROLE: "rollout"}
+    assert not policy.spec.ingress
+    proxy_rule = policy.spec.egress[0]
+    assert [p.port for p in proxy_rule.ports] == [proxy_port]
+    assert [t.ip_block.cidr for t in proxy_rule.to] == [f"{gateway}/32"]
+
+
+def test_the_agent_plays_in_a_confined_pod_and_its_reward_becomes_an_episode(
+    real_kube: LocalKube, core: Any, vllm_server: Any, tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    """The built-in agent runs in its pod on the node, in the task's image built with the
+    agent's Python added, and calls vLLM through the proxy (listening on the node's gateway);
+    its reward is what the verifier's container wrote, and the Beam pipeline makes the
+    recorded calls and that reward one episode whose generated tokens are in the loss."""
+    import threading
+    from urllib.parse import urlsplit
+
+    from kubernetes import client
+
+    from infra.harnesses import harness
+    from infra.tasks import load_task
+    from openforge.testing.proxy import proxy_config, running_proxy
+    from orchestrator.kube_pod import PodSettings
+    from orchestrator.kubernetes import KubeOptions, KubernetesBackend
+    from orchestrator.plan import plan
+    from orchestrator.run import Orchestrator, OrchestratorConfig
+    from orchestrator.rundir import RunDir, Status
+    from pipeline.jobs import Outputs, run_streaming
+    from schemas.archive import read_archive
+    from schemas.episode import Episode
+
+    node = real_kube.real_node
+    assert node is not None
+    config = proxy_config(vllm_server.base_url, tmp_path / "proxy", tokenizer=tiny_model_dir)
+    with running_proxy(config, host=node.gateway) as proxy:
+        port = urlsplit(proxy.url).port
+        assert port is not None
+        pod = PodSettings(namespace=NS, proxy_url=proxy.url, egress_canary=node.policy.canary)
+        backend = KubernetesBackend(KubeOptions(
+            kubeconfig=real_kube.kubeconfig, pod=pod, proxy_port=port,
+            proxy_cidr=f"{node.gateway}/32", image_sink=node.sink.url,
+        ))  # fmt: skip
+        orch = Orchestrator(backend, harness("agent"), proxy.admin, RunDir(tmp_path / "run"),
+                            OrchestratorConfig(concurrency=1, max_attempts=1))  # fmt: skip
+        try:
+            orch.check([load_task(ECHO)])
+            records: list[Any] = []
+            runner = threading.Thread(
+                target=lambda: records.extend(orch.run(plan([load_task(ECHO)], 1, backend.run_id)))
+            )
+            runner.start()
+            deadline = time.monotonic() + 120
+            while not (pods := core.list_namespaced_pod(NS, label_selector=backend.selector).items):
+                assert time.monotonic() < deadline, "no rollout pod"
+                time.sleep(0.2)
+            _check_confined(pods[0], port, node.gateway, client.NetworkingV1Api(real_kube.api()))
+            runner.join(180)
+            assert not runner.is_alive()
+        finally:
+            backend.close()
+        (record,) = records
+        assert record.status is Status.VERIFIED and record.calls >= 1, record
+        out = tmp_path / "run" / "rollouts" / record.rollout_id / "agent.out"
+        kinds = [json.loads(line)["type"] for line in out.read_text().splitlines()]
+        assert kinds[0] == "start" and kinds[-1] == "final"  # the agent's output, from its pod
+        proxy.flush()
+        log_url = proxy.config.log_url
+    run_streaming(log_url, Outputs(None, str(tmp_path / "ep")), allowed_lateness_s=5,
+                  stop_when_idle_s=3)  # fmt: skip
+    (episode,) = list(read_archive(tmp_path / "ep" / "episodes", Episode))
+    assert episode.rollout_id == record.rollout_id and episode.reward == record.reward
+    assert episode.samples and sum(episode.samples[0].loss_mask) > 0  # the generated tokens
+    assert core.list_namespaced_pod(NS, label_selector=backend.selector).items == []
+
+
+DYING_RUN = """
+import sys, time
+from pathlib import Path
+from infra.harnesses import NoOp
+from infra.tasks import load_task
+from orchestrator.backend import RolloutJob
+from orchestrator.kube_pod import PodSettings
+from orchestrator.kubernetes import KubeOptions, KubernetesBackend
+kubeconfig, task, root, sink = sys.argv[1:5]
+pod = PodSettings(namespace="NAMESPACE", stray_ttl_s=1.0)
+options = KubeOptions(kubeconfig=Path(kubeconfig), pod=pod, image_sink=sink)
+backend = KubernetesBackend(options)
+job = RolloutJob("dying-0", load_task(Path(task)), NoOp(), "k", "tiny", Path(root))
+backend.check(job.task, job.harness)
+reward = backend.run(job, lambda end: None).reward.reward
+print(reward, backend.labels["openforge.dev/run"], flush=True)
+time.sleep(600)
+""".replace("NAMESPACE", NS)
+
+
+def test_a_run_that_died_without_cleaning_up_is_swept_by_the_next_one(
+    real_kube: LocalKube, core: Any, tmp_path: Path
+) -> None:
+    """A run killed after its pod ended leaves its anchor and its task's ConfigMaps; once they
+    expire, the next run in the namespace deletes the anchor and the garbage collector the
+    rest, while the new run's own objects stay."""
+    from orchestrator.kube_pod import PodSettings
+    from orchestrator.kubernetes import KubeOptions, KubernetesBackend
+    from tests.orchestrator.conftest import run_objects, wait_gone
+
+    node = real_kube.real_node
+    assert node is not None
+    argv = [sys.executable, "-c", DYING_RUN, str(real_kube.kubeconfig), str(ECHO), str(tmp_path),
+            node.sink.url]  # fmt: skip
+    dying = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    guard = threading.Timer(180, dying.kill)  # a hung rollout fails the test, not the suite
+    guard.start()
+    try:
+        assert dying.stdout is not None
+        line = dying.stdout.readline()
+    finally:
+        guard.cancel()
+        dying.kill()  # SIGKILL: no close(), nothing deleted
+        dying.wait()
+    reward, label = line.split()
+    assert float(reward) == 0.0  # the verifier's, in the pod: noop wrote no answer
+    left = run_objects(core, NS, label)
+    assert sorted(o.split("/")[0] for o in left) == ["configmap"] * 2  # the anchor, the tests
+    time.sleep(1.5)  # past its expiry
+    alive = KubernetesBackend(
+        KubeOptions(kubeconfig=real_kube.kubeconfig, pod=PodSettings(namespace=NS))
+    )
+    try:
+        alive.prepare()  # deletes the expired anchor; the garbage collector takes the rest
+        wait_gone(core, NS, label)
+        assert run_objects(core, NS, alive.labels["openforge.dev/run"]) != []  # its own is kept
+    finally:
+        alive.close()
