@@ -5,7 +5,9 @@ verified end and cleaned up, on a local API server with kwok nodes.
 
 Path measured: :meth:`orchestrator.kubernetes.KubernetesBackend.run` per rollout (its Secret and
 Pod created, the pod followed through the backend's one watch, the agent's and the verifier's
-termination messages read, Pod and Secret deleted), then :meth:`close` (the run's anchor
+termination messages read; its Pod and Secret deleted with other verified rollouts' in one call
+per kind, :mod:`orchestrator.kube_reaper`, or each at once with ``--baseline``'s first run),
+then :meth:`close` (the run's anchor
 deleted; garbage collection takes its ConfigMaps) until nothing of the run is left. kwok plays
 the nodes: pods carry the annotations its stages answer with the agent's exit and the
 verifier's reward at once (:mod:`infra.local.kwok_stages`), so no image is pulled and no
@@ -54,7 +56,7 @@ def _left(core: Any, label: str) -> int:
     )  # fmt: skip
 
 
-def run(rollouts: int, concurrency: int, tmp: Path) -> dict[str, Any]:
+def run(rollouts: int, concurrency: int, tmp: Path, delete_batch: int = 64) -> dict[str, Any]:
     from kubernetes import client
 
     task = load_task(TASK)
@@ -72,6 +74,7 @@ def run(rollouts: int, concurrency: int, tmp: Path) -> dict[str, Any]:
         }
         options = KubeOptions(
             kubeconfig=kube.kubeconfig,
+            delete_batch=delete_batch,
             pod=PodSettings(namespace=NS, proxy_url="http://openforge-proxy:8000",
                             harness_image="openforge:bench", annotations=annotations),
         )  # fmt: skip
@@ -106,6 +109,7 @@ def run(rollouts: int, concurrency: int, tmp: Path) -> dict[str, Any]:
         stats = backend.watch_stats
         per = [end - begin for begin, end in spans]
         return {
+            "delete_batch": delete_batch,
             "rollouts": rollouts,
             "concurrency": concurrency,
             "verified": len(ended),
@@ -117,6 +121,7 @@ def run(rollouts: int, concurrency: int, tmp: Path) -> dict[str, Any]:
             "watch_lag_ms_p50": round(1000 * _pct(backend.watch_lags, 0.5), 1),
             "watch_lag_ms_p99": round(1000 * _pct(backend.watch_lags, 0.99), 1),
             "api_calls_per_rollout": round(backend.api_calls / rollouts, 2),
+            "api_writes_per_rollout": round(backend.api_writes / rollouts, 2),
             "watch": vars(stats),
             "cpu_ms_per_rollout": {k: round(1000 * v / rollouts, 1) for k, v in cpu.items()},
             "cpu_s_total": round(sum(cpu.values()), 1),
@@ -127,10 +132,27 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rollouts", type=int, default=1000)
     parser.add_argument("--concurrency", type=int, default=1000)
+    parser.add_argument(
+        "--baseline", action="store_true",
+        help="first the same launch with each rollout's Pod and Secret deleted at once "
+        "(delete_batch 1), each on a fresh control plane, and their ratios",
+    )  # fmt: skip
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="bench-k8s-") as tmp:
-        result = run(args.rollouts, args.concurrency, Path(tmp))
-    print(json.dumps(result, indent=2))
+    results = []
+    for batch in [1, 64] if args.baseline else [64]:
+        with tempfile.TemporaryDirectory(prefix="bench-k8s-") as tmp:
+            results.append(run(args.rollouts, args.concurrency, Path(tmp), batch))
+        print(json.dumps(results[-1], indent=2), flush=True)
+    if len(results) == 2:
+        base, new = results
+        ratios = {
+            "wall": new["wall_s"] / base["wall_s"],
+            "api_writes": new["api_writes_per_rollout"] / base["api_writes_per_rollout"],
+            "apiserver_cpu": new["cpu_ms_per_rollout"]["kube-apiserver"]
+            / base["cpu_ms_per_rollout"]["kube-apiserver"],
+            "cpu_total": new["cpu_s_total"] / base["cpu_s_total"],
+        }
+        print(json.dumps({"batched / one at a time": {k: round(v, 3) for k, v in ratios.items()}}))
 
 
 if __name__ == "__main__":

@@ -21,6 +21,9 @@ from schemas.errors import InfrastructureError
 _CAMEL = re.compile(r"(?<!^)(?=[A-Z])")
 
 
+_WRITES = ("create", "delete", "patch", "replace")
+
+
 class KubeApi:
     """The core and networking APIs of ``api`` (a ``kubernetes.client.ApiClient``)."""
 
@@ -35,6 +38,7 @@ class KubeApi:
         pool = int(getattr(api.configuration, "connection_pool_maxsize", 32) or 32)
         self._slots = threading.BoundedSemaphore(max(1, pool - 1))
         self.calls = 0  # writes and reads made (the watch's not included)
+        self.writes = 0  # of which writes (create, delete, patch, replace)
 
     def call(
         self,
@@ -53,6 +57,7 @@ class KubeApi:
 
         what = what or fn.__name__
         self.calls += 1
+        self.writes += fn.__name__.startswith(_WRITES)
         try:
             with self._slots:
                 return fn(*args, _preload_content=False, **kwargs)

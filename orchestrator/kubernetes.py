@@ -22,7 +22,8 @@ every rollout's state (:mod:`orchestrator.kube_wait`); :meth:`run` waits on it:
   cannot place for ``startup_grace_s`` is an :class:`InfrastructureError` (the orchestrator
   retries it as a new attempt); so is a pod that fails, is evicted or disappears.
 
-After the verifier (or a failure), the rollout's Pod and Secret are deleted. :meth:`cancel`
+After the verifier, the rollout's Pod and Secret are deleted in a batch with other verified
+rollouts' (:mod:`orchestrator.kube_reaper`); after a failure, at once. :meth:`cancel`
 deletes every pod and secret of the run; :meth:`close` deletes the run's anchor, and with it,
 by garbage collection, whatever is left. A run's anchor carries an expiry: a later backend in
 the same namespace deletes expired anchors (strays of a run that died with its orchestrator).
@@ -67,6 +68,7 @@ from orchestrator.kube_objects import (
     EXPIRES,
     MANAGED,
     ROLE,
+    ROLLOUT,
     RUN,
     BuiltImage,
     TaskObjects,
@@ -77,6 +79,7 @@ from orchestrator.kube_objects import (
     task_objects,
 )
 from orchestrator.kube_pod import PodSettings, rollout_pod, rollout_secret
+from orchestrator.kube_reaper import Reaper
 from orchestrator.kube_wait import PodState, RolloutPods
 from orchestrator.workspace import image_plan
 from schemas.errors import ConfigError, InfrastructureError, TaskError
@@ -112,6 +115,8 @@ class KubeOptions:
             laid out from ConfigMaps, and a ``RUN`` line is refused.
         images: how task images are resolved and built (the local backend's policy).
         watch_timeout_s: the server-side timeout of each watch request (then it resumes).
+        delete_batch: verified rollouts' Pods and Secrets are deleted together, up to this
+            many in one call per kind (:mod:`orchestrator.kube_reaper`); 1: each at once.
     """
 
     kubeconfig: Path | None = None
@@ -128,6 +133,7 @@ class KubeOptions:
     watch_timeout_s: int = 60
     image_sink: str | None = None
     images: ImagePolicy = field(default_factory=ImagePolicy)
+    delete_batch: int = 64
 
 
 class KubernetesBackend(RolloutBackend):
@@ -147,6 +153,7 @@ class KubernetesBackend(RolloutBackend):
         self._lock = threading.Lock()
         self._cancelled = threading.Event()
         self.pods = RolloutPods(self.ns, options.startup_grace_s, self._cancelled)
+        self.reaper = Reaper(self.k8s, self.ns, self.selector, batch=options.delete_batch)
         self._tasks: dict[tuple[str, bool], TaskObjects] = {}
         self.sink = image_sink(options.image_sink) if options.image_sink else None
         self._builder: ImageBuilder | None = None
@@ -165,6 +172,11 @@ class KubernetesBackend(RolloutBackend):
     def api_calls(self) -> int:
         """Writes and reads this backend made (the watch's not included)."""
         return self.k8s.calls
+
+    @property
+    def api_writes(self) -> int:
+        """Of :attr:`api_calls`, the writes (create, delete, patch, replace)."""
+        return self.k8s.writes
 
     @property
     def watch_lags(self) -> list[float]:
@@ -309,6 +321,7 @@ class KubernetesBackend(RolloutBackend):
         owner = owner_of(self.prepare())
         objects = self._task(job.task, job.harness, owner)
         name = dns_name("ro", job.rollout_id)
+        verified = False
         with self.pods.track(name) as state:
             try:
                 pod = self._create_pod(job, name, objects, owner)
@@ -318,10 +331,14 @@ class KubernetesBackend(RolloutBackend):
                 if no_verifier is not None:
                     raise no_verifier
                 reward, code, took, verifier_costs = self._wait_verifier(name, state)
+                verified = True
                 return Verified(agent, reward, code, took, costs={**costs, **verifier_costs})
             finally:
                 self._keep_logs(name, job.root)
-                self._delete(name)
+                if verified:  # its containers have exited: deleted with others (kube_reaper)
+                    self.reaper.finished(dns_name("r", job.rollout_id))
+                else:  # it may still run
+                    self._delete(name)
 
     def _create_pod(
         self, job: RolloutJob, name: str, objects: TaskObjects, owner: dict[str, Any]
@@ -336,7 +353,8 @@ class KubernetesBackend(RolloutBackend):
             job.task.instruction, endpoint, RolloutDirs(home, Path(objects.workdir)),
             job.task.agent.timeout_sec,
         )  # fmt: skip
-        secret = rollout_secret(name, self.ns, inv.env, home, self.labels, owner)
+        labels = {**self.labels, ROLLOUT: dns_name("r", job.rollout_id)}
+        secret = rollout_secret(name, self.ns, inv.env, home, labels, owner)
         pod = rollout_pod(
             name=name, rollout_id=job.rollout_id, task=job.task, harness=job.harness,
             objects=objects, invocation=inv, home=home, secret_name=name,
@@ -357,9 +375,10 @@ class KubernetesBackend(RolloutBackend):
 
     def close(self) -> None:
         """Stop watching and delete the run's anchor: garbage collection deletes the rest. Runs
-        still waiting are cancelled first."""
+        still waiting are cancelled first; verified rollouts' pods are deleted now."""
         if self.pods.waiting():
             self.cancel()
+        self.reaper.close()
         if self._watcher is not None:
             self._watcher.stop()
             self._last_stats = self._watcher.stats

@@ -32,7 +32,7 @@ from apache_beam.options.pipeline_options import (
 )
 from apache_beam.runners.portability.fn_api_runner import fn_runner, worker_handlers
 
-from infra.eventlog import DEAD_LETTER_TOPIC, EPISODES_TOPIC, EVENTS_TOPIC
+from infra.eventlog import DEAD_LETTER_TOPIC, EPISODES_TOPIC, EVENTS_TOPIC, create_topics
 from infra.paths import prism_binary
 from pipeline.archive import ArchiveEvents
 from pipeline.assemble import DEAD_LETTER, NAMESPACE, AssembleEpisodes
@@ -259,7 +259,11 @@ def run_streaming(
 ) -> RunReport:
     """Assemble episodes from the event log as events arrive (``records_per_call`` overrides
     the runner's read size, for tests that force many checkpoints and splits); with
-    ``out.run_archive``, the events read are archived there too (:mod:`pipeline.archive`)."""
+    ``out.run_archive``, the events read are archived there too (:mod:`pipeline.archive`).
+    On Kafka its topics are created first: a job started before the first event waits for it."""
+    create_topics(source_url, [EVENTS_TOPIC])
+    if out.log_url:
+        create_topics(out.log_url, [EPISODES_TOPIC, DEAD_LETTER_TOPIC])
     opts = options(beam_args, streaming=True)
     q = quirks(opts)
     p = beam.Pipeline(options=opts)

@@ -17,7 +17,7 @@ from infra.eventlog.base import (
     LogRecord,
     PartitionBatch,
 )
-from infra.eventlog.factory import message_limit, open_reader, open_writer
+from infra.eventlog.factory import create_topics, message_limit, open_reader, open_writer
 from infra.eventlog.urls import LogKind, LogUrl, parse_url
 
 __all__ = [
@@ -30,6 +30,7 @@ __all__ = [
     "LogRecord",
     "LogUrl",
     "PartitionBatch",
+    "create_topics",
     "message_limit",
     "open_reader",
     "open_writer",

@@ -37,6 +37,16 @@ def open_writer(url: str, fsync: bool = True, **options: object) -> EventLogWrit
     return LocalLog(parsed.path).writer(fsync=fsync)
 
 
+def create_topics(url: str, topics: Sequence[str]) -> None:
+    """Make sure ``topics`` exist: on Kafka, those missing are created (a reader started before
+    the first write then finds its topic); the local log needs nothing."""
+    parsed = _log_url(url)
+    if parsed.kind is LogKind.KAFKA:
+        from infra.eventlog.kafka import ensure_topics
+
+        ensure_topics(parsed.where, list(topics))
+
+
 def message_limit(url: str) -> int | None:
     """The largest value a writer of ``url`` takes (None: no limit of its own), known before
     one is opened, so a caller can refuse an over-size record when it is asked to make one."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -414,9 +415,9 @@ time.sleep(600)
 def test_a_run_that_died_without_cleaning_up_is_swept_by_the_next_one(
     real_kube: LocalKube, core: Any, tmp_path: Path
 ) -> None:
-    """A run killed after its pod ended leaves its anchor and its task's ConfigMaps; once they
-    expire, the next run in the namespace deletes the anchor and the garbage collector the
-    rest, while the new run's own objects stay."""
+    """A run killed after its pod ended leaves its anchor, its task's ConfigMaps and the
+    rollout's Pod and Secret; once they expire, the next run in the namespace deletes the
+    anchor and the garbage collector the rest, while the new run's own objects stay."""
     from orchestrator.kube_pod import PodSettings
     from orchestrator.kubernetes import KubeOptions, KubernetesBackend
     from tests.orchestrator.conftest import run_objects, wait_gone
@@ -438,7 +439,9 @@ def test_a_run_that_died_without_cleaning_up_is_swept_by_the_next_one(
     reward, label = line.split()
     assert float(reward) == 0.0  # the verifier's, in the pod: noop wrote no answer
     left = run_objects(core, NS, label)
-    assert sorted(o.split("/")[0] for o in left) == ["configmap"] * 2  # the anchor, the tests
+    # the anchor, the tests; and the verified rollout's pod and secret, whose batched delete
+    # (kube_reaper, 2 s after) never came
+    assert sorted(o.split("/")[0] for o in left) == ["configmap", "configmap", "pod", "secret"]
     time.sleep(1.5)  # past its expiry
     alive = KubernetesBackend(
         KubeOptions(kubeconfig=real_kube.kubeconfig, pod=PodSettings(namespace=NS))
@@ -449,3 +452,162 @@ def test_a_run_that_died_without_cleaning_up_is_swept_by_the_next_one(
         assert run_objects(core, NS, alive.labels["openforge.dev/run"]) != []  # its own is kept
     finally:
         alive.close()
+
+
+ADVERSARY = r"""
+set -u
+http() {  # METHOD PATH [BODY]: the proxy's answer (status line first)
+  exec 3<>"/dev/tcp/$PROXY_HOST/$PROXY_PORT" || return 1
+  local head='%s %s HTTP/1.0\r\nHost: proxy\r\nAuthorization: Bearer %s\r\n'
+  head+='Content-Type: application/json\r\nContent-Length: %s\r\n\r\n%s'
+  # shellcheck disable=SC2059
+  printf "$head" "$1" "$2" "$OPENFORGE_API_KEY" "${#3}" "$3" >&3
+  cat <&3
+  exec 3<&-
+}
+status() { http "$@" | head -1 | cut -d' ' -f2; }
+{
+  echo '{'
+  echo "\"health\": $(http GET /health '' | grep -c '"status":"ok"'),"
+  for target in $TARGETS; do
+    if timeout 3 bash -c "exec 3<>/dev/tcp/${target%:*}/${target#*:}" 2>/dev/null; then
+      r=open; else r=closed; fi
+    echo "\"$target\": \"$r\","
+  done
+  for f in /tests /openforge/tests /logs/verifier /solution \
+           /var/run/secrets/kubernetes.io/serviceaccount; do
+    if [ -e "$f" ]; then r=present; else r=absent; fi
+    echo "\"$f\": \"$r\","
+  done
+  echo "\"rollout_secret_files\": \"$(ls /openforge/rollout | tr '\n' ' ')\","
+  echo "\"env\": \"$(env | cut -d= -f1 | sort | tr '\n' ' ')\","
+  r=$(status POST "/rollout/$ROLLOUT_ID/reward" '{"reward": 1.0}')
+  echo "\"reward_with_rollout_key\": \"$r\","
+  echo "\"register_with_rollout_key\": \"$(status POST /admin/rollouts '{"rollout_id": "mine"}')\","
+  if echo 1 > /logs/verifier/reward.txt 2>/dev/null; then r=written; else r=refused; fi
+  echo "\"verifier_reward_file\": \"$r\""
+  echo '}'
+} > "$HOME/probe.json"
+tr -d '\n' < "$HOME/probe.json"; echo
+(exec -a openforge-probe-sleeper sleep 1000) &
+setsid bash -c 'exec -a openforge-probe-sleeper sleep 1000' &
+echo probed
+"""
+
+
+def test_an_adversarial_agent_gets_nothing_from_its_pod(
+    real_kube: LocalKube, core: Any, tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    """An agent that probes for everything gets nothing on this backend, as on the local one:
+    the proxy answers; the kubelet, the API server, another port of this machine and its
+    other address are refused; the tests, the verifier's files, the solution and a service
+    account token are not there; its Secret holds its home alone and its environment no
+    credential but its rollout key, which can neither post a reward nor register a rollout;
+    the daemons it leaves die with the pod; and the reward recorded is the verifier's."""
+    from urllib.parse import urlsplit
+
+    from infra.harnesses.base import (
+        Capabilities,
+        Endpoint,
+        Invocation,
+        Network,
+        Report,
+        RolloutDirs,
+        SystemHarness,
+    )
+    from infra.tasks import load_task
+    from openforge.testing.proxy import proxy_config, read_events, running_proxy
+    from orchestrator.kube_pod import PodSettings
+    from orchestrator.kubernetes import KubeOptions, KubernetesBackend
+    from orchestrator.plan import plan
+    from orchestrator.run import Orchestrator, OrchestratorConfig
+    from orchestrator.rundir import RunDir, Status
+    from schemas.enums import Dialect
+    from schemas.reward import RewardEvent
+
+    class Adversary(SystemHarness):
+        name = "adversary"
+        dialect = Dialect.CHAT
+        capabilities = Capabilities(calls_model=True, network=Network.PROXY)
+
+        def __init__(self, extra: dict[str, str]) -> None:
+            self.extra = extra
+
+        def invocation(
+            self, task: str, endpoint: Endpoint, dirs: RolloutDirs, timeout_s: float
+        ) -> Invocation:
+            (dirs.home / "adversary.sh").write_text(ADVERSARY)
+            env = self.base_env(dirs, endpoint)
+            env.update(self.extra, OPENFORGE_API_KEY=endpoint.api_key,
+                       ROLLOUT_ID=endpoint.rollout_id)  # fmt: skip
+            return Invocation(["/bin/bash", str(dirs.home / "adversary.sh")], env, dirs.workspace)
+
+        def report(self, stdout: str) -> Report:
+            return Report(final_message=stdout.strip().splitlines()[-1] if stdout else None)
+
+    node = real_kube.real_node
+    assert node is not None
+    root = tmp_path / "adversarial"
+    for d in ("environment", "tests"):
+        (root / d).mkdir(parents=True)
+    (root / "instruction.md").write_text("Take what you can.\n")
+    (root / "task.toml").write_text(
+        'version = "1.0"\n[agent]\ntimeout_sec = 60\n[verifier]\ntimeout_sec = 30\n'
+        '[environment]\ncpus = 1\nmemory_mb = 256\nstorage_mb = 64\nworkdir = "/app"\n'
+    )
+    (root / "environment" / "Dockerfile").write_text("FROM python:3.11-slim\nWORKDIR /app\n")
+    (root / "tests" / "test.sh").write_text(
+        "#!/bin/bash\nmkdir -p /logs/verifier\n"
+        """echo '{"reward": 0.25, "probe_ran": 1}' > /logs/verifier/reward.json\n"""
+    )
+    other = _Server("0.0.0.0")  # another service of this machine
+    config = proxy_config("http://127.0.0.1:9", tmp_path / "proxy", tokenizer=tiny_model_dir,
+                          max_model_len=4096, upstream_model="tiny")  # fmt: skip
+    with running_proxy(config, host=node.gateway) as proxy:
+        port = urlsplit(proxy.url).port
+        assert port is not None
+        adversary = Adversary({
+            "PROXY_HOST": node.gateway, "PROXY_PORT": str(port),
+            "TARGETS": " ".join([
+                f"{node.gateway}:{node.port}", f"{node.gateway}:{real_kube.api_port}",
+                f"{node.gateway}:{other.port}", f"{socket_address()}:{other.port}",
+            ]),
+        })  # fmt: skip
+        pod = PodSettings(namespace=NS, proxy_url=proxy.url, egress_canary=node.policy.canary)
+        backend = KubernetesBackend(KubeOptions(
+            kubeconfig=real_kube.kubeconfig, pod=pod, proxy_port=port,
+            proxy_cidr=f"{node.gateway}/32", image_sink=node.sink.url,
+        ))  # fmt: skip
+        orch = Orchestrator(backend, adversary, proxy.admin, RunDir(tmp_path / "run"),
+                            OrchestratorConfig(concurrency=1, max_attempts=1))  # fmt: skip
+        try:
+            task = load_task(root)
+            orch.check([task])
+            (record,) = orch.run(plan([task], 1, backend.run_id))
+        finally:
+            backend.close()
+        proxy.flush()
+        events = read_events(proxy.config.log_url, want=2)
+    assert record.status is Status.VERIFIED and record.agent_phase == "finished", record
+    log = (tmp_path / "run" / "rollouts" / record.rollout_id / "agent.out").read_text()
+    found = json.loads(next(line for line in log.splitlines() if line.startswith("{")))
+    assert found["health"] == 1  # the proxy answers
+    for target in adversary.extra["TARGETS"].split():
+        assert found[target] == "closed", (target, found)
+    for path in ("/tests", "/openforge/tests", "/logs/verifier", "/solution",
+                 "/var/run/secrets/kubernetes.io/serviceaccount"):  # fmt: skip
+        assert found[path] == "absent", (path, found)
+    assert found["rollout_secret_files"].split() == ["home.tar.gz"]
+    names = set(found["env"].split())
+    assert not {n for n in names if re.search("TOKEN|SECRET|PASSWORD|KEY", n)} - {
+        "OPENFORGE_API_KEY"
+    }, names
+    assert found["reward_with_rollout_key"] == "401"
+    assert found["register_with_rollout_key"] == "401"
+    assert found["verifier_reward_file"] == "refused"
+    sleepers = subprocess.run(["pgrep", "-f", "openforge-probe-sleeper"], capture_output=True)
+    assert sleepers.stdout.split() == []  # the daemons died with the pod
+    (reward,) = [e for e in events if isinstance(e, RewardEvent)]
+    assert reward.rollout_id == record.rollout_id and reward.reward == 0.25
+    assert reward.components == {"reward": 0.25, "probe_ran": 1.0}
+    assert core.list_namespaced_pod(NS, label_selector=backend.selector).items == []

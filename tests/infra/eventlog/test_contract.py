@@ -9,7 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from infra.eventlog import EventLogReader, LogRecord, PartitionBatch, open_reader, open_writer
+from infra.eventlog import (
+    EventLogReader,
+    LogRecord,
+    PartitionBatch,
+    create_topics,
+    open_reader,
+    open_writer,
+)
 from infra.local.kafka import KafkaBroker
 from infra.local.process import free_port
 from schemas.errors import ConfigError, EventLogCorrupt, EventLogUnavailable
@@ -58,6 +65,26 @@ def test_append_read_commit_resume(log_url: str) -> None:
         assert len(_drain(reader, 301)) == 301
     with open_reader(log_url, [topic], group="g3", from_beginning=False) as reader:
         assert reader.poll(timeout=1.0) == []
+
+
+def test_a_reader_started_before_the_first_record_finds_its_topic_and_then_the_record(
+    log_url: str,
+) -> None:
+    """A streaming job may start before the proxy's first event: its topics are created, so
+    its partition reader finds them at once (it waited 30 s, then failed, on an absent Kafka
+    topic) and its group reader gets what is appended later."""
+    topic = f"t{uuid.uuid4().hex[:8]}"
+    create_topics(log_url, [topic])
+    create_topics(log_url, [topic])  # again: nothing to do
+    with open_reader(log_url) as reader:
+        assert reader.partitions(topic, timeout=1.0) == [0]
+        assert reader.end_offset(topic, 0) == 0
+    with open_reader(log_url, [topic], group="early") as reader:
+        assert reader.poll(timeout=0.5) == []
+        with open_writer(log_url) as writer:
+            writer.append(topic, b"k", b"first")
+            writer.flush()
+        assert [r.value for r in _drain(reader, 1)] == [b"first"]
 
 
 def test_commit_an_earlier_position_to_read_records_again(log_url: str) -> None:
