@@ -160,6 +160,11 @@ class Harness(abc.ABC):
         runtime holds much it never loads names less."""
         return self.read_only_paths()
 
+    def install_libraries(self) -> list[Path]:
+        """System shared libraries the install loads that an image may lack (added to an image
+        only where it has none of that name: :func:`infra.images.layers.add_files`)."""
+        return []
+
     def node_bin_dir(self) -> Path | None:
         """A directory to put first on PATH for the harness's Node (None: the system's)."""
         return None

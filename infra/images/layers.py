@@ -9,7 +9,9 @@ machine made traversable (a non-root container user must reach ``/root/.cache/..
 the base's ``/root`` is ``0700``; ``/tmp`` stays ``1777``). It is named by content,
 ``localhost/openforge/with-<name>:<digest>``: the digest covers the base image's id and each
 added path's type, mode, size and modification time, so an unchanged install on an unchanged
-base is a lookup.
+base is a lookup. Shared libraries the install loads from the system (``libssl.so.3``, say) are
+added only where the base has no file of that name in its library directories: a slim image
+gets them, and an image with its own keeps its own.
 """
 
 from __future__ import annotations
@@ -20,11 +22,13 @@ import re
 import stat
 import tarfile
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from infra.images.store import ImageStore
 from schemas.errors import SetupError
+
+LIBRARY_DIRS = ("usr/lib", "usr/lib64", "usr/local/lib")  # and each library's own directory
 
 
 def _entries(paths: list[Path]) -> Iterator[Path]:
@@ -80,10 +84,29 @@ def _tar(entries: list[Path], out: Path) -> None:
                 tar.addfile(info)
 
 
-def add_files(store: ImageStore, base: str, paths: list[Path], name: str) -> str:
-    """``base`` with ``paths`` added (see the module docstring); returns the new image's
-    reference, built unless the store holds it."""
-    entries = list(dict.fromkeys(_entries(paths)))
+def _lacking(store: ImageStore, base: str, libraries: list[Path]) -> list[Path]:
+    """The shared libraries (by file name) that ``base`` has in none of its library
+    directories: only those are added, so the image's own programs keep their own builds."""
+    if not libraries:
+        return []
+    root = store.rootfs(base)
+    dirs = {str(lib.parent).lstrip("/") for lib in libraries} | set(LIBRARY_DIRS)
+    dirs |= {d.removeprefix("usr/") for d in dirs}
+    return [lib for lib in libraries
+            if not any(os.path.lexists(root / d / lib.name) for d in dirs)]  # fmt: skip
+
+
+def add_files(
+    store: ImageStore,
+    base: str,
+    paths: list[Path],
+    name: str,
+    libraries: Sequence[Path] = (),
+) -> str:
+    """``base`` with ``paths`` added, and those of ``libraries`` (shared libraries the added
+    programs load) that it lacks (see the module docstring); returns the new image's reference,
+    built unless the store holds it."""
+    entries = list(dict.fromkeys(_entries([*paths, *_lacking(store, base, list(libraries))])))
     slug = re.sub(r"[^a-z0-9._-]+", "-", name.lower()).strip("-.") or "files"
     ref = f"localhost/openforge/with-{slug}:{layer_digest(store.image_id(base), entries)[:20]}"
     if store.exists(ref):

@@ -7,6 +7,12 @@ A sink is named by a URL (``--kube-image-sink``):
   from the local image store as an OCI archive and imported into containerd's ``k8s.io``
   namespace, where the kubelet's CRI finds it; pods run it with ``imagePullPolicy:
   IfNotPresent``.
+- ``registry://HOST[:PORT][/PREFIX]``: an OCI registry the cluster's nodes pull from (a user's
+  own, or the one ``openforge services up --registry`` starts). The image is pushed there as
+  ``HOST[:PORT]/PREFIX/openforge/task:<digest>`` (its local name with ``localhost/`` replaced),
+  over TLS unless the host is this machine's loopback (plain HTTP, as containerd pulls it).
+  Credentials come from buildah's usual auth file (``$REGISTRY_AUTH_FILE``, or
+  ``buildah login``).
 
 Images are named by their content (``localhost/openforge/task:<digest>``), so a sink that holds a
 reference already holds that image: :meth:`ImageSink.publish` is then a lookup.
@@ -18,6 +24,8 @@ import abc
 import subprocess
 import tempfile
 import threading
+import urllib.error
+import urllib.request
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -79,6 +87,61 @@ class ContainerdSink(ImageSink):
         return ref
 
 
+LOOPBACK = ("localhost", "127.0.0.1", "[::1]")
+MANIFESTS = ", ".join((
+    "application/vnd.oci.image.manifest.v1+json",
+    "application/vnd.oci.image.index.v1+json",
+    "application/vnd.docker.distribution.manifest.v2+json",
+))  # fmt: skip
+
+
+class RegistrySink(ImageSink):
+    """An OCI registry (see the module docstring)."""
+
+    def __init__(self, host: str, prefix: str = "", store: ImageStore | None = None) -> None:
+        self.host, self.prefix = host, prefix.strip("/")
+        self.url = f"registry://{host}" + (f"/{self.prefix}" if self.prefix else "")
+        self.plain_http = host.rsplit(":", 1)[0] in LOOPBACK
+        self.store = store or ImageStore()
+
+    def remote(self, ref: str) -> str:
+        """Where local image ``ref`` goes: ``localhost/`` (buildah's name for an image made
+        here) replaced by the registry and its prefix."""
+        name = ref.removeprefix("localhost/")
+        return "/".join(p for p in (self.host, self.prefix, name) if p)
+
+    def holds(self, ref: str) -> bool:
+        """Whether the registry answers for the manifest (a HEAD, anonymous: a registry that
+        wants credentials for reads says no, and :meth:`publish` pushes again, a no-op for
+        blobs it has)."""
+        name, _, tag = ref.removeprefix(self.host + "/").rpartition(":")
+        scheme = "http" if self.plain_http else "https"
+        request = urllib.request.Request(
+            f"{scheme}://{self.host}/v2/{name}/manifests/{tag}", method="HEAD",
+            headers={"Accept": MANIFESTS},
+        )  # fmt: skip
+        try:
+            with urllib.request.urlopen(request, timeout=10) as resp:
+                return bool(resp.status == 200)
+        except (urllib.error.URLError, OSError):
+            return False
+
+    def publish(self, ref: str) -> str:
+        target = self.remote(ref)
+        if self.holds(target):
+            return target
+        tls = "false" if self.plain_http else "true"
+        done = self.store.run(
+            "push", "-q", f"--tls-verify={tls}", ref, f"docker://{target}", check=False
+        )
+        if done.returncode != 0:
+            raise SetupError(
+                f"pushing {ref} to {target} failed: {done.stderr.strip()[-1000:]}; check that the "
+                "registry is up and that buildah has its credentials (`buildah login HOST`)"
+            )
+        return target
+
+
 def image_sink(url: str, store: ImageStore | None = None) -> ImageSink:
     """The sink ``url`` names; ConfigError (saying which are known) for any other."""
     parsed = urlparse(url)
@@ -90,7 +153,10 @@ def image_sink(url: str, store: ImageStore | None = None) -> ImageSink:
                 "with `openforge services up --kube` and use the sink URL it prints"
             )
         return ContainerdSink(socket, store)
+    if parsed.scheme == "registry" and parsed.netloc:
+        return RegistrySink(parsed.netloc, parsed.path, store)
     raise ConfigError(
         f"image sink {url!r} is not one OpenForge knows: use containerd:///PATH/TO/containerd.sock "
-        "(a node's containerd on this machine)"
+        "(a node's containerd on this machine) or registry://HOST[:PORT][/PREFIX] (a registry "
+        "the cluster pulls from)"
     )

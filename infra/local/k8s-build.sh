@@ -5,13 +5,16 @@
 # k8s.io/kubernetes/...@v` is refused because of its replace directives), kwok, and the pause
 # program of a real node's pod sandboxes, and kube-router (the node's NetworkPolicy agent). Copies kwok's stage definitions to DIR/kwok-stages.
 # Versions come from the environment (infra/versions.env); GOMODCACHE/GOCACHE from the caller.
-# PARTS (after DIR; default all): etcd kube kwok node. `node` (the kubelet, pause, kube-router) alone
-# upgrades a control plane built before the real node existed.
+# PARTS (after DIR; default all): etcd kube kwok node registry. `node` (the kubelet, pause,
+# kube-router) alone upgrades a control plane built before the real node existed; `registry` (an
+# OCI image registry, CNCF distribution, for `openforge tasks build --push`) one built before it.
 set -euo pipefail
 DIR=$1; shift
-PARTS=${*:-etcd kube kwok node}
+PARTS=${*:-etcd kube kwok node registry}
 want() { [[ " $PARTS " == *" $1 "* ]]; }
-: "${K8S_VERSION:?}" "${ETCD_VERSION:?}" "${KWOK_VERSION:?}" "${KUBE_ROUTER_VERSION:?}"
+# (a caller that predates the registry pin does not pass it: read it from the pins)
+: "${REGISTRY_VERSION:=$(sed -n 's/^REGISTRY_VERSION=//p' "$(dirname "$0")/../versions.env")}"
+: "${K8S_VERSION:?}" "${ETCD_VERSION:?}" "${KWOK_VERSION:?}" "${KUBE_ROUTER_VERSION:?}" "${REGISTRY_VERSION:?}"
 BIN=$DIR/bin SRC=$DIR/src
 export GOMAXPROCS=${GOMAXPROCS:-2} GOFLAGS="${GOFLAGS:-} -p=1"
 NICE="nice -n 19"
@@ -96,6 +99,13 @@ GO
   GOBIN=$BIN $NICE go install -trimpath -ldflags='-s -w' \
     "github.com/cloudnativelabs/kube-router/v2/cmd/kube-router@$KUBE_ROUTER_VERSION"
   touch "$BIN/.kube-router-$KUBE_ROUTER_VERSION"
+fi
+
+if want registry; then
+log "registry (distribution) $REGISTRY_VERSION"
+GOBIN=$BIN CGO_ENABLED=0 $NICE go install -trimpath -ldflags='-s -w' \
+  "github.com/distribution/distribution/v3/cmd/registry@$REGISTRY_VERSION"
+touch "$BIN/.registry-$REGISTRY_VERSION"
 fi
 
 if want kwok; then

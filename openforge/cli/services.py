@@ -44,6 +44,13 @@ def up(
             "nodes: pods are scheduled and their phases played, no container runs)."
         ),
     ] = KubeNodes.REAL,
+    registry: Annotated[
+        bool,
+        typer.Option(
+            help="Start a local image registry (`scripts/setup k8s`) for `openforge tasks build "
+            "--push` and `--kube-image-sink registry://...`."
+        ),
+    ] = False,
     model_dir: Annotated[
         Path | None,
         typer.Option(
@@ -54,8 +61,9 @@ def up(
     """Start the services, print their addresses, and stop them cleanly on Ctrl-C."""
     from infra.local.kafka import KafkaBroker
     from infra.local.kube import LocalKube
+    from infra.local.registry import LocalRegistry
     from infra.local.vllm import VLLMServer
-    from infra.paths import default_tiny_dir
+    from infra.paths import default_tiny_dir, runtime_dir
     from infra.tiny_model import build_tiny_model
 
     console = Console()
@@ -95,6 +103,15 @@ def up(
                 )
             else:
                 console.print("[green]node[/]   kwok-node-0 (kwok's: pods run no containers)")
+        if registry:
+            with console.status("starting an image registry"):
+                images = stack.enter_context(LocalRegistry(runtime_dir("registry")))
+            console.print(
+                f"[green]registry[/] {images.host}  openforge tasks build --push {images.host}  "
+                f"--kube-image-sink registry://{images.host}  "
+                f"(log: {images.root / 'registry.log'})",
+                soft_wrap=True,
+            )
         console.print("running; press Ctrl-C to stop")
         try:
             while True:
@@ -105,5 +122,7 @@ def up(
                     server.check_alive()
                 if kube:
                     cluster.check_alive()
+                if registry:
+                    images.check_alive()
         except KeyboardInterrupt:
             console.print("stopping")

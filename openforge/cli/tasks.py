@@ -8,8 +8,11 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from rich.console import Console
 
+    from infra.images.store import ImageStore
     from infra.tasks import Task
     from orchestrator.backend import RolloutBackend
 
@@ -27,9 +30,26 @@ def build(
     pull_images: Annotated[
         bool, typer.Option(help="Let buildah pull a FROM the local store lacks.")
     ] = False,
+    push: Annotated[
+        str | None,
+        typer.Option(
+            metavar="REGISTRY",
+            help="Push each image to this registry (HOST[:PORT][/PREFIX]; TLS unless the host "
+            "is localhost), for a cluster to pull; credentials: `buildah login HOST`.",
+        ),
+    ] = None,
+    harness_name: Annotated[
+        str | None,
+        typer.Option(
+            "--harness",
+            help="With --push: push each image with this harness's install added, as the "
+            "Kubernetes backend runs it (agent, claude-code, codex, openclaw).",
+        ),
+    ] = None,
 ) -> None:
     """Build the image of every task with a Dockerfile (or find it cached): one line per task,
-    built, cached or refused (why); exit 1 if any could not be built."""
+    built, cached or refused (why), and where it was pushed; exit 1 if any could not be built
+    or pushed."""
     import time
 
     from rich.console import Console
@@ -42,6 +62,7 @@ def build(
     enter_for_containers()
     console = Console()
     builder = ImageBuilder(policy=ImagePolicy(strict=strict_images, pull=pull_images))
+    publish = _publisher(push, harness_name, builder.store)
     entries = list(dataset_entries(path))
     failed, start = 0, time.monotonic()
     for i, (task_dir, task_split, task_id) in enumerate(entries, start=1):
@@ -53,6 +74,8 @@ def build(
                 continue
             image = builder.image(task, say=lambda line: console.print(f"  {line}"))
             console.print(f"[{i}/{len(entries)}] {task.id}: {image.describe()}")
+            if publish is not None:
+                console.print(f"  pushed {publish(image.ref)}")
         except OpenForgeError as exc:
             failed += 1
             console.print(f"[{i}/{len(entries)}] [red]{name}: refused[/]: {exc}")
@@ -62,6 +85,33 @@ def build(
     )
     if failed or not entries:
         raise typer.Exit(1)
+
+
+def _publisher(
+    registry: str | None, harness_name: str | None, store: ImageStore
+) -> Callable[[str], str] | None:
+    """What ``--push``/``--harness`` make of a built image: a function from its local name to
+    where it was pushed (None: no push)."""
+    from infra.harnesses import harness
+    from infra.images.layers import add_files
+    from infra.images.sinks import image_sink
+    from schemas.errors import ConfigError
+
+    if registry is None:
+        if harness_name is not None:
+            raise ConfigError("--harness says which install --push adds: give --push REGISTRY too")
+        return None
+    url = registry if registry.startswith("registry://") else f"registry://{registry}"
+    sink = image_sink(url, store)
+    chosen = None if harness_name is None else harness(harness_name)
+
+    def publish(ref: str) -> str:
+        files = chosen.install_files() if chosen is not None else []
+        if chosen is not None and files:
+            ref = add_files(store, ref, files, chosen.name, chosen.install_libraries())
+        return sink.publish(ref)
+
+    return publish
 
 
 @app.command("check")

@@ -63,10 +63,15 @@ def test_the_agents_python_runs_the_sdk_in_a_task_image_as_a_non_root_user() -> 
     assert any(p.name == "__init__.py" and p.parent.name == "openai" for p in files)
     assert not any(part in ("torch", "vllm") for p in files for part in p.parts)  # not the venv
     builder = ImageBuilder()
-    image = builder.image(load_task(ROOT / "examples" / "echo-words" / "echo-about"))
-    ref = add_files(builder.store, image.ref, files, "agent")
+    # debian:bookworm-slim: no Python, and no libssl.so.3, which `ssl` (imported by the SDK) loads
+    image = builder.image(load_task(ROOT / "examples" / "images" / "package-count"))
+    lib = "usr/lib/x86_64-linux-gnu/libssl.so.3"
+    assert not (builder.store.rootfs(image.ref) / lib).exists()
+    libraries = agent.install_libraries()
+    assert Path("/", lib) in libraries and not any(p.name == "libc.so.6" for p in libraries)
+    ref = add_files(builder.store, image.ref, files, "agent", libraries)
     rootfs = builder.store.rootfs(ref)
-    probe = "import openai, sys; print(openai.__version__, sys.prefix)"
+    probe = "import openai, ssl, sys; print(openai.__version__, sys.prefix)"
     done = subprocess.run(
         ["chroot", "--userspec=1000:1000", str(rootfs), str(agent.executable()), "-I", "-c", probe],
         capture_output=True, text=True, timeout=60,
