@@ -13,9 +13,11 @@ One pod per rollout; its containers run in order:
    proxy's per-rollout URL and key) and its home directory come from the rollout's Secret,
    mounted into this container only. It writes ``{"exit_code": N}`` to its termination log,
    with the CPU time and peak memory its container's cgroup counted (the rollout's costs);
-4. ``verifier``: ``bash /tests/test.sh`` over the workspace, with ``tests/`` (a ConfigMap)
-   mounted into this container only; it writes its exit code and the reward file
-   (``reward.json`` / ``reward.txt``) to its termination log, which the backend reads.
+4. ``verifier``: first the workspace as the agent left it to its log
+   (:mod:`orchestrator.kube_workspace`), then ``bash /tests/test.sh`` over the workspace, with
+   ``tests/`` (a ConfigMap) mounted into this container only; it writes its exit code and the
+   reward file (``reward.json`` / ``reward.txt``) to its termination log, which the backend
+   reads.
 
 Every container runs as a non-root user, without privilege escalation or capabilities, on a
 read-only root filesystem (writable: the workspace, the home, ``/tmp``, ``/logs``); the pod
@@ -45,6 +47,8 @@ from orchestrator.kube_objects import (
     dns_name,
     tar_files,
 )
+from orchestrator.kube_workspace import archive_script
+from schemas.errors import ConfigError
 
 TERMINATION_LIMIT = 3000  # bytes of the reward file kept (the termination log holds 4 KiB)
 STARTUP_S = 300  # added to the pod's deadline for scheduling, image pulls and the layout
@@ -74,6 +78,10 @@ class PodSettings:
         image_pull_policy: every container's (``IfNotPresent``: images published to a node's
             containerd by an image sink are found there; built images are named by content).
         stray_ttl_s: after this, a run's objects count as strays that a later run deletes.
+        cpu_request: the share of the task's ``cpus`` a pod requests; its limit stays the
+            task's ``cpus``. 1.0 reserves them (requests = limits: a node admits only as many
+            rollouts as it has cores); below 1, rollouts share cores (e.g. 0.25: four
+            one-core rollouts per core), which suits agents that mostly wait on the model.
     """
 
     namespace: str = "openforge-rollouts"
@@ -85,15 +93,26 @@ class PodSettings:
     image_pull_policy: str = "IfNotPresent"
     egress_canary: str | None = None
     stray_ttl_s: float = 24 * 3600.0
+    cpu_request: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not 0.01 <= self.cpu_request <= 1.0:
+            raise ConfigError(
+                f"kubernetes cpu_request {self.cpu_request}: the share of a task's cpus a pod "
+                "requests is between 0.01 and 1 (1: requests = limits)"
+            )
 
 
-def _resources(task: Task) -> dict[str, Any]:
+def _resources(task: Task, cpu_request: float = 1.0) -> dict[str, Any]:
     env = task.environment
     amounts = {"cpu": str(env.cpus), "memory": f"{env.memory_mb}Mi",
                "ephemeral-storage": f"{env.storage_mb}Mi"}  # fmt: skip
     if env.gpus:
         amounts["nvidia.com/gpu"] = str(env.gpus)
-    return {"requests": dict(amounts), "limits": dict(amounts)}
+    requests = dict(amounts)
+    if cpu_request < 1.0:
+        requests["cpu"] = f"{max(10, round(env.cpus * 1000 * cpu_request))}m"
+    return {"requests": requests, "limits": dict(amounts)}
 
 
 def _security(settings: PodSettings) -> dict[str, Any]:
@@ -236,6 +255,7 @@ def _verifier(pod: _Pod) -> dict[str, Any]:
     # The tests arrive as a tarball (a ConfigMap keeps no directories), unpacked at /tests.
     script = (
         "tar -xzf /openforge/tests/tests.tar.gz -C /tests && "
+        f"{{ {archive_script(workdir)}}} && "
         f"cd {shlex.quote(workdir)} && timeout -k 5 {int(pod.task.verifier.timeout_sec)} "
         f"bash /tests/test.sh; code=$?; {_USAGE}"
         "f=; if [ -f /logs/verifier/reward.json ]; then f=reward.json; "
@@ -292,8 +312,8 @@ def rollout_pod(
     """The rollout's pod (see the module docstring)."""
     image = objects.image or settings.harness_image
     pod = _Pod(
-        task, objects, image, _security(settings), _resources(task), settings.image_pull_policy,
-        settings.egress_canary,
+        task, objects, image, _security(settings), _resources(task, settings.cpu_request),
+        settings.image_pull_policy, settings.egress_canary,
     )  # fmt: skip
     # In the task's own image, the harness's install is copied in from the harness image,
     # unless the image was built with it (an image sink's build adds it as a layer).

@@ -16,8 +16,8 @@ every rollout's state (:mod:`orchestrator.kube_wait`); :meth:`run` waits on it:
   :mod:`infra.tasks.reward`;
 - each of the two also reports what its own cgroup counted: the rollout's ``agent_cpu_s``,
   ``agent_peak_mib``, ``verifier_cpu_s`` and ``verifier_peak_mib`` (``RolloutEvent.costs``;
-  its ``*_start_s`` and ``save_s`` are left out: the API's timestamps are whole seconds, and no
-  final workspace is kept);
+  its ``*_start_s`` and ``save_s`` are left out: the API's timestamps are whole seconds, and
+  the workspace is archived inside the verifier's container);
 - an image that cannot be pulled, a container that cannot be created, or a pod the scheduler
   cannot place for ``startup_grace_s`` is an :class:`InfrastructureError` (the orchestrator
   retries it as a new attempt); so is a pod that fails, is evicted or disappears.
@@ -28,10 +28,10 @@ deletes every pod and secret of the run; :meth:`close` deletes the run's anchor,
 by garbage collection, whatever is left. A run's anchor carries an expiry: a later backend in
 the same namespace deletes expired anchors (strays of a run that died with its orchestrator).
 
-The workspace lives in the pod's ``emptyDir`` and dies with the pod, and the only channel back
-is the termination message (4 KiB): rollouts of this backend keep no final workspace
-(:mod:`orchestrator.final_workspace`) and no verifier output, so ``openforge replay rescore``
-cannot score them again.
+The agent's and the verifier's logs are kept in the rollout's directory (``agent.out``,
+``verifier.out``); the verifier's log also carries the final workspace, as the agent left it,
+saved there as the local backend saves it (:mod:`orchestrator.kube_workspace`), so
+``openforge replay rescore`` scores this backend's rollouts again.
 """
 
 from __future__ import annotations
@@ -53,6 +53,7 @@ from infra.images.layers import add_files
 from infra.images.sinks import image_sink
 from infra.kube import PodWatcher, WatchStats, api_client
 from infra.tasks import Task, VerifierReward, harbor
+from orchestrator import final_workspace, kube_workspace
 from orchestrator import kube_status as status
 from orchestrator.backend import (
     AgentEnd,
@@ -117,6 +118,9 @@ class KubeOptions:
         watch_timeout_s: the server-side timeout of each watch request (then it resumes).
         delete_batch: verified rollouts' Pods and Secrets are deleted together, up to this
             many in one call per kind (:mod:`orchestrator.kube_reaper`); 1: each at once.
+        max_workspace_bytes: a final workspace whose files add up to this much is saved (for
+            re-scoring; its compressed archive also has to fit a container log,
+            :data:`~orchestrator.kube_workspace.ARCHIVE_LIMIT`).
     """
 
     kubeconfig: Path | None = None
@@ -134,6 +138,7 @@ class KubeOptions:
     image_sink: str | None = None
     images: ImagePolicy = field(default_factory=ImagePolicy)
     delete_batch: int = 64
+    max_workspace_bytes: int = final_workspace.DEFAULT_LIMIT_BYTES
 
 
 class KubernetesBackend(RolloutBackend):
@@ -306,7 +311,8 @@ class KubernetesBackend(RolloutBackend):
         image = self._builder.image(task, say=log.info)
         ref, files = image.ref, harness.install_files()
         if files:
-            ref = add_files(self._builder.store, ref, files, harness.name)
+            libraries = harness.install_libraries()
+            ref = add_files(self._builder.store, ref, files, harness.name, libraries)
         built = BuiltImage(self.sink.publish(ref), image.config.workdir, holds_harness=True)
         with self._lock:
             self._built[key] = built
@@ -334,7 +340,7 @@ class KubernetesBackend(RolloutBackend):
                 verified = True
                 return Verified(agent, reward, code, took, costs={**costs, **verifier_costs})
             finally:
-                self._keep_logs(name, job.root)
+                self._keep_logs(name, job.root, objects.workdir)
                 if verified:  # its containers have exited: deleted with others (kube_reaper)
                     self.reaper.finished(dns_name("r", job.rollout_id))
                 else:  # it may still run
@@ -412,24 +418,28 @@ class KubernetesBackend(RolloutBackend):
         text = self._log(name, "agent")
         return harness.report(text) if text else None
 
-    def _log(self, name: str, container: str) -> str | None:
-        """A container's log (stdout and stderr, as the node keeps it; its last 4 MiB); None
-        where there is none (kwok's nodes keep no log)."""
+    def _log(self, name: str, container: str, limit: int = LOG_LIMIT) -> str | None:
+        """A container's log (stdout and stderr, as the node keeps it; its first ``limit``
+        bytes); None where there is none (kwok's nodes keep no log)."""
         with contextlib.suppress(InfrastructureError):
             resp = self.k8s.call(
                 self.core.read_namespaced_pod_log, name, self.ns, container=container,
-                limit_bytes=LOG_LIMIT,
+                limit_bytes=limit,
             )  # fmt: skip
             return str(resp.data.decode("utf-8", "replace"))
         return None
 
-    def _keep_logs(self, name: str, root: Path) -> None:
+    def _keep_logs(self, name: str, root: Path, workdir: str) -> None:
         """The agent's and the verifier's logs into the rollout's directory (``agent.out``,
-        ``verifier.out``, as on the local backend), before the pod is deleted."""
-        for container in ("agent", "verifier"):
-            text = self._log(name, container)
-            if text:
-                (root / f"{container}.out").write_text(text, encoding="utf-8")
+        ``verifier.out``, as on the local backend), and the final workspace the verifier's log
+        carries, before the pod is deleted."""
+        agent = self._log(name, "agent")
+        if agent:
+            (root / "agent.out").write_text(agent, encoding="utf-8")
+        verifier = self._log(name, "verifier", LOG_LIMIT + kube_workspace.LOG_BYTES)
+        if verifier:
+            own = kube_workspace.keep(verifier, root, workdir, self.options.max_workspace_bytes)
+            (root / "verifier.out").write_text(own, encoding="utf-8")
 
     def _wait_verifier(
         self, name: str, state: PodState

@@ -89,8 +89,9 @@ def run(
     max_workspace_mb: Annotated[
         float,
         typer.Option(
-            help="local: save each final workspace (for `openforge replay rescore`) up to this "
-            "size; a larger one is noted, not saved."
+            help="save each final workspace (for `openforge replay rescore`) up to this size "
+            "of files; a larger one is noted, not saved (kubernetes: its compressed archive "
+            "also up to 6 MiB)."
         ),
     ] = 64.0,
     kubeconfig: Annotated[
@@ -128,6 +129,13 @@ def run(
             "before its first container's work."
         ),
     ] = None,
+    kube_cpu_request: Annotated[
+        float,
+        typer.Option(
+            help="kubernetes: the share of a task's cpus each pod requests (its limit stays "
+            "the task's); below 1, rollouts share a node's cores."
+        ),
+    ] = 1.0,
 ) -> None:
     """Run every task N times with HARNESS: lay out, run in a sandbox, verify, record rewards."""
     from rich.console import Console
@@ -174,9 +182,11 @@ def run(
                 namespace=kube_namespace,
                 harness_image=harness_image,
                 egress_canary=kube_egress_canary,
+                cpu_request=kube_cpu_request,
             ),
             image_sink=kube_image_sink,
             images=ImagePolicy(strict=strict_images, pull=pull_images),
+            max_workspace_bytes=int(max_workspace_mb * (1 << 20)),
         ),
     )
     job = _Job(console, chosen, dataset, n, out, backend, section, kube_proxy_url)

@@ -39,6 +39,7 @@ class RolloutCluster:
     proxy_host: str  # the proxy listens here; pods call http://proxy_host:PORT
     image_sink: str | None
     egress_canary: str | None
+    cpu_request: float = 1.0
 
     def options(self, proxy_port: int, images: ImagePolicy) -> KubeOptions:
         """The Kubernetes backend's section for a proxy listening at ``proxy_port``."""
@@ -48,6 +49,7 @@ class RolloutCluster:
                 namespace=self.namespace,
                 proxy_url=f"http://{self.proxy_host}:{proxy_port}",
                 egress_canary=self.egress_canary,
+                cpu_request=self.cpu_request,
             ),
             proxy_port=proxy_port,
             proxy_cidr=f"{_address(self.proxy_host)}/32",
@@ -102,7 +104,7 @@ def rollout_cluster(
     if kube.kubeconfig:
         cluster = RolloutCluster(
             Path(kube.kubeconfig), kube.namespace, kube.proxy_host,
-            kube.image_sink or None, kube.egress_canary or None,
+            kube.image_sink or None, kube.egress_canary or None, kube.cpu_request,
         )  # fmt: skip
         ensure_namespace(cluster.kubeconfig, cluster.namespace)
         yield cluster
@@ -118,6 +120,7 @@ def rollout_cluster(
         cluster = RolloutCluster(
             local.kubeconfig, kube.namespace, kube.proxy_host or node.gateway,
             kube.image_sink or node.sink.url, kube.egress_canary or node.policy.canary,
+            kube.cpu_request,
         )  # fmt: skip
         ensure_namespace(cluster.kubeconfig, cluster.namespace)
         say(f"kube at {local.server} (KUBECONFIG={local.kubeconfig}); pods reach the proxy at "

@@ -120,6 +120,9 @@ class KubernetesSection:
     )
     image_sink: str = _f("", "where task images go (containerd:///SOCK; '': the node's)")
     egress_canary: str = _f("", "HOST:PORT no NetworkPolicy allows ('': the node's)")
+    cpu_request: float = _f(
+        1.0, "share of a task's cpus a pod requests (0.01..1; 1: requests = limits)"
+    )
 
 
 MAX_PROXY_WORKERS = 64
@@ -243,6 +246,11 @@ class TrainConfig:
             raise ConfigError(
                 "with kubernetes.kubeconfig, set kubernetes.proxy_host: an address of this "
                 "machine that the cluster's pods reach (the proxy listens there)"
+            )
+        if not 0.01 <= kube.cpu_request <= 1.0:
+            raise ConfigError(
+                f"kubernetes.cpu_request = {kube.cpu_request}: the share of a task's cpus a pod "
+                "requests is between 0.01 and 1 (1: requests = limits)"
             )
 
     def to_toml(self) -> str:

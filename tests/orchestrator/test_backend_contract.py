@@ -25,6 +25,7 @@ from infra.local.process import processes_of
 from infra.sandbox import ProxyEndpoint
 from infra.tasks import Task, load_task
 from openforge.testing.proxy import RunningProxy, proxy_config, running_proxy
+from orchestrator import final_workspace
 from orchestrator.backend import (
     AgentEnd,
     RolloutBackend,
@@ -60,10 +61,12 @@ def _task(root: Path, play: Play, solution: bool = True) -> Task:
         '[environment]\nworkdir = "/app"\n'
     )
     write = "true" if play.reward is None else f"echo {play.reward} > /logs/verifier/reward.txt"
-    (root / "tests" / "test.sh").write_text(f"#!/bin/bash\n{write}\n")
+    # The verifier's own writes are not in the final workspace (it is saved before them).
+    (root / "tests" / "test.sh").write_text(f"#!/bin/bash\necho v > by-verifier.txt\n{write}\n")
     if solution:
         (root / "solution").mkdir()
         solve = "sleep 1000" if play.exit_code is None else f"exit {play.exit_code}"
+        solve = f"mkdir -p out && echo {play.exit_code} > out/made-by-agent.txt\n{solve}"
         (root / "solution" / "solve.sh").write_text(f"#!/bin/bash\n{solve}\n")
     return load_task(root)
 
@@ -150,7 +153,11 @@ def _play(contract: Contract, play: Play, case: str) -> tuple[Verified | Excepti
         return exc, ended
 
 
-def test_a_rollout_is_verified_and_its_agent_end_reported(contract: Contract) -> None:
+def test_a_rollout_is_verified_and_its_agent_end_reported(
+    contract: Contract, tmp_path: Path
+) -> None:
+    tmp = tmp_path / "restored"
+    tmp.mkdir()
     verified, ended = _play(contract, Play(exit_code=0, reward="1"), "ok")
     assert isinstance(verified, Verified), verified
     assert verified.agent.phase is RolloutPhase.FINISHED and verified.agent.exit_code == 0
@@ -159,6 +166,10 @@ def test_a_rollout_is_verified_and_its_agent_end_reported(contract: Contract) ->
     assert ended == [verified.agent]  # reported once, as soon as it was known
     assert all(path.exists() for path in verified.files.values())
     assert verified.verifier_output is None or isinstance(verified.verifier_output, str)
+    # The final workspace is kept as the agent left it, for re-scoring.
+    final_workspace.restore(contract.tmp / "run" / f"contract-{contract.name}-ok", tmp)
+    assert (tmp / "out" / "made-by-agent.txt").read_text() == "0\n"
+    assert not (tmp / "by-verifier.txt").exists()
 
 
 def test_an_agent_failure_is_its_result_and_still_verified(contract: Contract) -> None:

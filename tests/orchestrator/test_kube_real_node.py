@@ -304,7 +304,8 @@ def _check_confined(pod: Any, proxy_port: int, gateway: str, net: Any) -> None:
         assert sc.read_only_root_filesystem and sc.capabilities.drop == ["ALL"]
         # task.toml: cpus = 1, memory_mb = 1024, storage_mb = 64 (as the API server writes them)
         assert c.resources.limits == {"cpu": "1", "memory": "1Gi", "ephemeral-storage": "64Mi"}
-        assert c.resources.requests == c.resources.limits
+        # kubernetes cpu_request = 0.5: half the task's cpu requested, its limit the task's
+        assert c.resources.requests == {**c.resources.limits, "cpu": "500m"}
         assert c.image.startswith("localhost/openforge/with-agent:")
     mounts = {c.name: {m.name for m in c.volume_mounts} for c in containers}
     assert [n for n, m in mounts.items() if "tests" in m or "tests-files" in m] == ["verifier"]
@@ -354,7 +355,8 @@ def test_the_agent_plays_in_a_confined_pod_and_its_reward_becomes_an_episode(
     with running_proxy(config, host=node.gateway) as proxy:
         port = urlsplit(proxy.url).port
         assert port is not None
-        pod = PodSettings(namespace=NS, proxy_url=proxy.url, egress_canary=node.policy.canary)
+        pod = PodSettings(namespace=NS, proxy_url=proxy.url, egress_canary=node.policy.canary,
+                          cpu_request=0.5)  # fmt: skip
         backend = KubernetesBackend(KubeOptions(
             kubeconfig=real_kube.kubeconfig, pod=pod, proxy_port=port,
             proxy_cidr=f"{node.gateway}/32", image_sink=node.sink.url,
@@ -382,6 +384,8 @@ def test_the_agent_plays_in_a_confined_pod_and_its_reward_becomes_an_episode(
         out = tmp_path / "run" / "rollouts" / record.rollout_id / "agent.out"
         kinds = [json.loads(line)["type"] for line in out.read_text().splitlines()]
         assert kinds[0] == "start" and kinds[-1] == "final"  # the agent's output, from its pod
+        saved = json.loads((out.parent / "final-workspace.json").read_text())
+        assert saved["saved"] is True and saved["workdir"] == "/app", saved  # kept for rescore
         proxy.flush()
         log_url = proxy.config.log_url
     run_streaming(log_url, Outputs(None, str(tmp_path / "ep")), allowed_lateness_s=5,

@@ -52,6 +52,10 @@ def test_every_field_has_a_default_and_a_description() -> None:
             {"rollouts": {"backend": "kubernetes"}, "kubernetes": {"kubeconfig": "/k"}},
             "set kubernetes.proxy_host",
         ),
+        (
+            {"rollouts": {"backend": "kubernetes"}, "kubernetes": {"cpu_request": 0}},
+            "kubernetes.cpu_request = 0",
+        ),
         ({"pipeline": {"beam_args": "--runner=X"}}, "pipeline.beam_args must be a list"),
         ({"trainer": 3}, "[trainer] must be a table"),
         ({"proxy": {"workers": 0}}, "proxy.workers must be from 1 to 64, not 0"),
