@@ -29,7 +29,7 @@ from infra.harnesses.base import (
     RolloutDirs,
     json_objects,
 )
-from infra.harnesses.python_files import python_files, shared_libraries
+from infra.harnesses.python_files import python_files
 from schemas.enums import Dialect
 from schemas.errors import SetupError
 
@@ -177,10 +177,6 @@ class Agent(Harness):
         """The interpreter and the OpenAI SDK with what it requires, not the whole venv."""
         argv0 = interpreter(self.python).argv0
         return sorted({*_links(argv0), argv0.resolve(), *python_files(argv0, ["openai"])})
-
-    def install_libraries(self) -> list[Path]:
-        # e.g. libssl.so.3 for ``ssl``, which the OpenAI SDK imports; absent from slim images
-        return shared_libraries(self.install_files())
 
     def bin_dirs(self) -> list[Path]:
         # Not the venv's bin: the agent's commands must find the sandbox's own python3.

@@ -7,15 +7,12 @@ asks the interpreter for what running a script on some packages takes: the execu
 symlinks to it, ``libpython``, the standard library (without its tests, the static library, the
 GUI and the base installation's own site-packages) and, in a venv, ``pyvenv.cfg`` and the files
 of the packages named and of everything they require, as their installed metadata lists them.
-:func:`shared_libraries` names the system libraries those files load (``ldd``), for an image that
-may lack them (a ``debian:bookworm-slim`` task image has no ``libssl.so.3``, which ``ssl``
-needs, and the OpenAI SDK imports ``ssl``).
+The system libraries those files load: :mod:`infra.harnesses.libraries`.
 """
 
 from __future__ import annotations
 
 import json
-import re
 import subprocess
 from pathlib import Path
 
@@ -92,44 +89,3 @@ def python_files(python: Path, packages: list[str]) -> list[Path]:
             f"{done.stderr.strip()[-500:]}. Install them there (`scripts/setup project`)."
         )
     return [Path(p) for p in json.loads(done.stdout)]
-
-
-# The C library's own objects: every glibc image has them, and one of another build must not
-# replace them.
-GLIBC = frozenset({
-    "linux-vdso.so.1", "ld-linux-x86-64.so.2", "ld-linux-aarch64.so.1", "libc.so.6", "libm.so.6",
-    "libpthread.so.0", "libdl.so.2", "librt.so.1", "libutil.so.1", "libresolv.so.2",
-})  # fmt: skip
-_ELF = re.compile(r"\.so(\.[0-9.]+)?$")
-_NEEDED = re.compile(r"^\s*(\S+) => (/\S+) \(0x[0-9a-f]+\)$")
-
-
-def shared_libraries(files: list[Path]) -> list[Path]:
-    """The shared libraries that the executables and shared objects among ``files`` load and
-    that are not among ``files`` themselves, except the C library's own: each as the name the
-    loader looks for (a symlink, often) and the file it resolves to."""
-    objects = [
-        f
-        for f in files
-        if f.is_file()
-        and not f.is_symlink()
-        and (_ELF.search(f.name) or f.name.startswith("python"))
-        and not f.name.startswith("_tkinter")
-    ]  # fmt: skip  (no GUI: X11 and Tk)
-    have = {f.name for f in files}
-    found: set[Path] = set()
-    for start in range(0, len(objects), 200):
-        try:
-            done = subprocess.run(
-                ["ldd", *map(str, objects[start : start + 200])],
-                capture_output=True, text=True, timeout=120,
-            )  # fmt: skip
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            raise SetupError(f"cannot run ldd to list the harness's libraries ({exc})") from exc
-        for line in done.stdout.splitlines():
-            match = _NEEDED.match(line)
-            if match and match[1] not in GLIBC and match[1] not in have:
-                # The name the loader looks for (in a real directory) and the file it names.
-                named = Path(match[2]).parent.resolve() / Path(match[2]).name
-                found.update((named, named.resolve()))
-    return sorted(found)

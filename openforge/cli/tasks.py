@@ -34,8 +34,9 @@ def build(
         str | None,
         typer.Option(
             metavar="REGISTRY",
-            help="Push each image to this registry (HOST[:PORT][/PREFIX]; TLS unless the host "
-            "is localhost), for a cluster to pull; credentials: `buildah login HOST`.",
+            help="Push each image to this registry (HOST:PORT/PREFIX, port and prefix "
+            "optional; TLS unless the host is localhost), for a cluster to pull; credentials: "
+            "`buildah login HOST`.",
         ),
     ] = None,
     harness_name: Annotated[

@@ -8,6 +8,7 @@ import json
 import subprocess
 from typing import Any
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -26,10 +27,9 @@ def test_the_wrappers_report_is_json_with_the_cgroups_counters() -> None:
     meta = json.loads(agent["message"])
     assert meta["exit_code"] == 0 and meta["cpu_us"] > 0 and meta["peak_bytes"] > 0
     costs = kube_status.usage(agent, "agent")
-    assert costs == {
-        "agent_cpu_s": meta["cpu_us"] / 1e6,
-        "agent_peak_mib": meta["peak_bytes"] / 2**20,
-    }
+    assert costs == pytest.approx(
+        {"agent_cpu_s": meta["cpu_us"] / 1e6, "agent_peak_mib": meta["peak_bytes"] / 2**20}
+    )
     verifier = _report('printf \'{"exit_code": 0, "file": "reward.txt"%s}\\n1\' "$(usage)"')
     assert set(kube_status.usage(verifier, "verifier")) == {"verifier_cpu_s", "verifier_peak_mib"}
     assert kube_status.verifier_result({**verifier, "startedAt": None})[0].reward == 1.0

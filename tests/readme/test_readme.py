@@ -54,7 +54,7 @@ def _kube_run_checked(runs: Path) -> None:
     """The pods really ran each task's built image: the same verifier, run in the pod after
     each harness, gave 1 for the solution and 0 for nothing; what the containers printed was
     kept before the pods were deleted (sqlite-report's solution needs the sqlite3 and jq its
-    Dockerfile's `RUN apt-get install` put in its image)."""
+    Dockerfile's `RUN apt-get install` put in its image), and so was the final workspace."""
     tasks = {"sqlite-report", "run-as-user", "package-count"}
     for name, reward in (("oracle", 1.0), ("noop", 0.0)):
         rollouts = sorted((runs / name / "rollouts").iterdir())
@@ -66,6 +66,9 @@ def _kube_run_checked(runs: Path) -> None:
         assert all(f"reward: {int(reward)}" in (d / "verifier.out").read_text() for d in rollouts)
     sqlite = next((runs / "oracle" / "rollouts").glob("*sqlite-report*"))
     assert json.loads((sqlite / "agent.out").read_text())["grace"] == 104000
+    # the final workspace came back from the pod (for `replay rescore`)
+    note = json.loads((sqlite / "final-workspace.json").read_text())
+    assert note["saved"] is True and (sqlite / "final-workspace.tar.gz").exists(), note
 
 
 def _harness_runs(names: tuple[str, ...]) -> Spec:
@@ -168,7 +171,7 @@ SPECS: dict[str, Spec] = {
     ),
     ".venv/bin/openforge rollouts run --tasks examples/images --harness oracle,noop --backend "
     "kubernetes --kubeconfig KUBECONFIG_FILE --kube-image-sink IMAGE_SINK --kube-egress-canary "
-    "EGRESS_CANARY --out runs/kube": Spec(
+    "EGRESS_CANARY --kube-cpu-request 0.25 --out runs/kube": Spec(
         expect=(
             r"oracle: 3 verified, 0 gave up after infrastructure failures, 0 calls recorded, "
             r"mean reward 1\.000",

@@ -30,7 +30,7 @@ def _train(out: Path, extra: list[str]) -> None:
         "trainer.steps=2",
         "tasks.per_step=2",
         "rollouts.samples_per_task=2",
-        "rollouts.concurrency=2",
+        "rollouts.concurrency=4",
         "evaluation.every=2",
         "evaluation.samples_per_task=1",
         "evaluation.tasks=2",  # the held-out split's first two tasks
@@ -67,7 +67,10 @@ def test_the_same_config_runs_on_kafka_with_pods_on_kubernetes(tmp_path: Path) -
     # A broker of its own: the run's topics and consumer groups see only this run.
     with KafkaBroker(data_dir=tmp_path / "kafka") as broker:
         url = f"kafka://{broker.bootstrap}"
-        _train(out, [f"event_log.url={url}", "rollouts.backend=kubernetes"])
+        # Pods request a quarter of their task's cpu (limit 1), so the 2-core node runs all 4
+        # rollouts of an update at once.
+        _train(out, [f"event_log.url={url}", "rollouts.backend=kubernetes",
+                     "kubernetes.cpu_request=0.25"])  # fmt: skip
         check_run(out, url, per_update=4)
     _ran_in_pods(out)
     evaluated = [json.loads(p.read_text()) for p in out.glob("eval/rollouts/*/result.json")]
