@@ -11,6 +11,15 @@ from pathlib import Path
 from typing import Any
 
 from infra.harnesses import Harness
+from infra.harnesses.base import (
+    Capabilities,
+    Endpoint,
+    Invocation,
+    Network,
+    Report,
+    RolloutDirs,
+    SystemHarness,
+)
 from infra.sandbox import ProxyEndpoint
 from infra.tasks import Task
 from openforge.testing.proxy import RunningProxy, proxy_config, running_proxy
@@ -20,6 +29,7 @@ from orchestrator.plan import plan
 from orchestrator.registry import RolloutBackendConfig, build_backend
 from orchestrator.run import Orchestrator, OrchestratorConfig
 from orchestrator.rundir import RolloutOutcome, RunDir
+from schemas.enums import Dialect
 
 # The task fixtures' own verifier tests (run inside sandboxes), not tests of this suite.
 collect_ignore_glob = ["data/*"]
@@ -91,3 +101,29 @@ def wait_gone(core: Any, ns: str, run_label: str, timeout: float = 60.0) -> None
             return
         time.sleep(0.5)
     raise AssertionError(f"left behind after {timeout:.0f}s: {left}")
+
+
+class ScriptHarness(SystemHarness):
+    """Runs a bash ``script`` as the agent, with the rollout's key and id and ``extra`` in its
+    environment: the isolation tests' probes (``extra`` may be set until the rollout starts)."""
+
+    name = "probe"
+    dialect = Dialect.CHAT
+    # It talks to the proxy, so it says so: its sandbox gets the forwarder, its pod the policy.
+    capabilities = Capabilities(calls_model=True, network=Network.PROXY)
+
+    def __init__(self, script: str, extra: dict[str, str] | None = None) -> None:
+        self.script = script
+        self.extra = dict(extra or {})
+
+    def invocation(
+        self, task: str, endpoint: Endpoint, dirs: RolloutDirs, timeout_s: float
+    ) -> Invocation:
+        path = dirs.home / "probe.sh"
+        path.write_text(self.script)
+        env = self.base_env(dirs, endpoint)
+        env.update(self.extra, OPENFORGE_API_KEY=endpoint.api_key, ROLLOUT_ID=endpoint.rollout_id)
+        return Invocation(["/bin/bash", str(path)], env, dirs.workspace)
+
+    def report(self, stdout: str) -> Report:
+        return Report(final_message=stdout.strip().splitlines()[-1] if stdout.strip() else None)

@@ -12,25 +12,15 @@ import socket
 import subprocess
 import threading
 from pathlib import Path
-from typing import ClassVar
 
-from infra.harnesses.base import (
-    Capabilities,
-    Endpoint,
-    Invocation,
-    Network,
-    Report,
-    RolloutDirs,
-    SystemHarness,
-)
 from infra.local.kafka import KafkaBroker
 from infra.local.vllm import VLLMServer
 from infra.tasks import load_task
 from openforge.testing.proxy import read_events
 from orchestrator.rundir import Status
-from schemas.enums import Dialect, RolloutPhase
+from schemas.enums import RolloutPhase
 from schemas.reward import RewardEvent
-from tests.orchestrator.conftest import job
+from tests.orchestrator.conftest import ScriptHarness, job
 
 PROBE = r"""
 set -u
@@ -74,28 +64,6 @@ echo '{"reward": 0.25, "probe_ran": 1}' > /logs/verifier/reward.json
 """
 
 
-class Probe(SystemHarness):
-    """Runs the probe script as the agent (the rollout key and base URL in its environment)."""
-
-    name = "probe"
-    dialect = Dialect.CHAT
-    # It talks to the proxy, so it says so, and its sandbox gets the forwarder.
-    capabilities = Capabilities(calls_model=True, network=Network.PROXY)
-    extra: ClassVar[dict[str, str]] = {}
-
-    def invocation(
-        self, task: str, endpoint: Endpoint, dirs: RolloutDirs, timeout_s: float
-    ) -> Invocation:
-        script = dirs.home / "probe.sh"
-        script.write_text(PROBE)
-        env = self.base_env(dirs, endpoint)
-        env.update(self.extra, OPENFORGE_API_KEY=endpoint.api_key, ROLLOUT_ID=endpoint.rollout_id)
-        return Invocation(["/bin/bash", str(script)], env, dirs.workspace)
-
-    def report(self, stdout: str) -> Report:
-        return Report(final_message=stdout.strip().splitlines()[-1] if stdout.strip() else None)
-
-
 def _task(root: Path, memory_mb: int = 512) -> Path:
     (root / "tests").mkdir(parents=True)
     (root / "environment").mkdir()
@@ -127,7 +95,7 @@ def test_what_an_agent_can_reach_from_its_sandbox(
     other.mkdir(parents=True)
     (other / "secret.txt").write_text("not yours")
     task = load_task(_task(tmp_path / "probe-task"))
-    probe = Probe()
+    probe = ScriptHarness(PROBE)
     with job(tmp_path / "job", probe, tiny_model_dir) as j:
         token_file = j.proxy.config.spool_dir.parent / "proxy-admin-token"
         assert token_file.read_text() == j.proxy.config.admin_token
@@ -164,9 +132,8 @@ def test_exceeding_the_memory_limit_ends_the_rollout_as_classified(
     tiny_model_dir: Path, tmp_path: Path
 ) -> None:
     task = load_task(_task(tmp_path / "hog-task", memory_mb=64))
-    probe = Probe()
-    probe.extra = {"PORTS": "", "OTHER_WORKSPACE": "/nonexistent", "ADMIN_TOKEN_FILE": "/x"}
-    probe.extra["HOG"] = "1"
+    probe = ScriptHarness(PROBE, {"PORTS": "", "OTHER_WORKSPACE": "/nonexistent",
+                                  "ADMIN_TOKEN_FILE": "/x", "HOG": "1"})  # fmt: skip
     with job(tmp_path / "job", probe, tiny_model_dir) as j:
         (record,) = j.run([task])
     assert record.status is Status.VERIFIED  # the agent's failure is scored, not retried

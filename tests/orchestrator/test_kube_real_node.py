@@ -510,15 +510,6 @@ def test_an_adversarial_agent_gets_nothing_from_its_pod(
     the daemons it leaves die with the pod; and the reward recorded is the verifier's."""
     from urllib.parse import urlsplit
 
-    from infra.harnesses.base import (
-        Capabilities,
-        Endpoint,
-        Invocation,
-        Network,
-        Report,
-        RolloutDirs,
-        SystemHarness,
-    )
     from infra.tasks import load_task
     from openforge.testing.proxy import proxy_config, read_events, running_proxy
     from orchestrator.kube_pod import PodSettings
@@ -526,28 +517,8 @@ def test_an_adversarial_agent_gets_nothing_from_its_pod(
     from orchestrator.plan import plan
     from orchestrator.run import Orchestrator, OrchestratorConfig
     from orchestrator.rundir import RunDir, Status
-    from schemas.enums import Dialect
     from schemas.reward import RewardEvent
-
-    class Adversary(SystemHarness):
-        name = "adversary"
-        dialect = Dialect.CHAT
-        capabilities = Capabilities(calls_model=True, network=Network.PROXY)
-
-        def __init__(self, extra: dict[str, str]) -> None:
-            self.extra = extra
-
-        def invocation(
-            self, task: str, endpoint: Endpoint, dirs: RolloutDirs, timeout_s: float
-        ) -> Invocation:
-            (dirs.home / "adversary.sh").write_text(ADVERSARY)
-            env = self.base_env(dirs, endpoint)
-            env.update(self.extra, OPENFORGE_API_KEY=endpoint.api_key,
-                       ROLLOUT_ID=endpoint.rollout_id)  # fmt: skip
-            return Invocation(["/bin/bash", str(dirs.home / "adversary.sh")], env, dirs.workspace)
-
-        def report(self, stdout: str) -> Report:
-            return Report(final_message=stdout.strip().splitlines()[-1] if stdout else None)
+    from tests.orchestrator.conftest import ScriptHarness
 
     node = real_kube.real_node
     assert node is not None
@@ -570,7 +541,7 @@ def test_an_adversarial_agent_gets_nothing_from_its_pod(
     with running_proxy(config, host=node.gateway) as proxy:
         port = urlsplit(proxy.url).port
         assert port is not None
-        adversary = Adversary({
+        adversary = ScriptHarness(ADVERSARY, {
             "PROXY_HOST": node.gateway, "PROXY_PORT": str(port),
             "TARGETS": " ".join([
                 f"{node.gateway}:{node.port}", f"{node.gateway}:{real_kube.api_port}",
