@@ -48,9 +48,7 @@ from typing import Any
 
 from infra.harnesses import Harness
 from infra.harnesses.base import Endpoint, Report, RolloutDirs
-from infra.images import ImageBuilder, ImagePolicy
-from infra.images.layers import add_files
-from infra.images.sinks import image_sink
+from infra.images import ImagePolicy
 from infra.kube import PodWatcher, WatchStats, api_client
 from infra.tasks import Task, VerifierReward, harbor
 from orchestrator import final_workspace, kube_workspace
@@ -65,13 +63,13 @@ from orchestrator.backend import (
     require_solution,
 )
 from orchestrator.kube_api import KubeApi
+from orchestrator.kube_images import TaskImages
 from orchestrator.kube_objects import (
     EXPIRES,
     MANAGED,
     ROLE,
     ROLLOUT,
     RUN,
-    BuiltImage,
     TaskObjects,
     dns_name,
     network_policy,
@@ -160,9 +158,7 @@ class KubernetesBackend(RolloutBackend):
         self.pods = RolloutPods(self.ns, options.startup_grace_s, self._cancelled)
         self.reaper = Reaper(self.k8s, self.ns, self.selector, batch=options.delete_batch)
         self._tasks: dict[tuple[str, bool], TaskObjects] = {}
-        self.sink = image_sink(options.image_sink) if options.image_sink else None
-        self._builder: ImageBuilder | None = None
-        self._built: dict[tuple[str, str], BuiltImage] = {}  # (task, harness) -> its image
+        self.images = TaskImages(options.image_sink, options.images) if options.image_sink else None
         self._anchor: dict[str, Any] | None = None
         self._watcher: PodWatcher | None = None
         self._last_stats = WatchStats()
@@ -246,7 +242,7 @@ class KubernetesBackend(RolloutBackend):
             if key in self._tasks:
                 return self._tasks[key]
         try:
-            built = self._built.get((task.id, harness.name))
+            built = self.images.built(task, harness) if self.images else None
             objects = task_objects(
                 task, None if built else image_plan(task), self.ns, self.labels, owner,
                 solution=key[1], built=built,
@@ -281,7 +277,7 @@ class KubernetesBackend(RolloutBackend):
                 "the local backend only, not yet on Kubernetes: run it with --backend local"
             )
         try:
-            built = self._publish(task, harness)
+            built = self.images.publish(task, harness) if self.images else None
             plan = None if built else image_plan(task)
             task_objects(
                 task, plan, self.ns, self.labels,
@@ -293,30 +289,8 @@ class KubernetesBackend(RolloutBackend):
         image = (built.ref if built else None) or task.environment.docker_image
         image = image or (plan.base if plan else None)
         where = image or self.settings.harness_image
-        how = f" (built, published to {self.sink.url})" if built and self.sink else ""
+        how = f" (built, published to {self.images.sink.url})" if built and self.images else ""
         return [f"{task.id}: pods in {self.ns}, image {where}{how}"]
-
-    def _publish(self, task: Task, harness: Harness) -> BuiltImage | None:
-        """With an image sink, the task's own image, built (or found), with the harness's
-        install added as a layer (:mod:`infra.images.layers`), and published; None without a
-        sink, or for a task with no image of its own."""
-        if self.sink is None or (task.dockerfile is None and not task.environment.docker_image):
-            return None
-        key = (task.id, harness.name)
-        with self._lock:
-            if key in self._built:
-                return self._built[key]
-            if self._builder is None:
-                self._builder = ImageBuilder(policy=self.options.images)
-        image = self._builder.image(task, say=log.info)
-        ref, files = image.ref, harness.install_files()
-        if files:
-            libraries = harness.install_libraries()
-            ref = add_files(self._builder.store, ref, files, harness.name, libraries)
-        built = BuiltImage(self.sink.publish(ref), image.config.workdir, holds_harness=True)
-        with self._lock:
-            self._built[key] = built
-        return built
 
     def runs_in(self, task: Task) -> str:
         return "pod"

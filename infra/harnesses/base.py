@@ -33,7 +33,6 @@ from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
 from infra import paths
-from infra.harnesses.libraries import shared_libraries
 from schemas.enums import Dialect
 from schemas.errors import ConfigError, SetupError
 
@@ -160,11 +159,6 @@ class Harness(abc.ABC):
         symlinks or whole directories): by default :meth:`read_only_paths`. A harness whose
         runtime holds much it never loads names less."""
         return self.read_only_paths()
-
-    def install_libraries(self) -> list[Path]:
-        """System shared libraries the install loads that an image may lack (added to an image
-        only where it has none of that name: :func:`infra.images.layers.add_files`)."""
-        return shared_libraries(self.install_files())
 
     def node_bin_dir(self) -> Path | None:
         """A directory to put first on PATH for the harness's Node (None: the system's)."""

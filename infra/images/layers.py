@@ -1,7 +1,7 @@
 """An image with files of this machine added at their own absolute paths: a task's image with a
 harness's install in it, for a cluster whose pods cannot mount this machine's files.
 
-    ref = add_files(store, task_image_ref, harness.install_files(), "agent")
+    ref = with_install(store, task_image_ref, install_of(harness))
 
 The new image is the base plus one layer: each file, symlink or directory (walked) at the same
 path, owned by root and readable by all, and every directory above them with its mode on this
@@ -23,10 +23,16 @@ import stat
 import tarfile
 import tempfile
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from infra.harnesses.libraries import shared_libraries
 from infra.images.store import ImageStore
 from schemas.errors import SetupError
+
+if TYPE_CHECKING:
+    from infra.harnesses import Harness
 
 LIBRARY_DIRS = ("usr/lib", "usr/lib64", "usr/local/lib")  # and each library's own directory
 
@@ -121,3 +127,27 @@ def add_files(
         finally:
             store.run("rm", ctr, check=False)
     return ref
+
+
+@dataclass(frozen=True)
+class Install:
+    """A harness's install as a layer takes it: its files, and the system libraries they load
+    (:func:`~infra.harnesses.libraries.shared_libraries`). Listing them runs the harness's
+    interpreter and ``ldd`` (seconds): list once per harness, add to many images."""
+
+    name: str
+    files: list[Path]
+    libraries: list[Path]
+
+
+def install_of(harness: Harness) -> Install:
+    files = harness.install_files()
+    return Install(harness.name, files, shared_libraries(files) if files else [])
+
+
+def with_install(store: ImageStore, base: str, install: Install) -> str:
+    """``base`` with the install added (:func:`add_files`); ``base`` itself when the harness
+    installs nothing of its own."""
+    if not install.files:
+        return base
+    return add_files(store, base, install.files, install.name, install.libraries)

@@ -94,7 +94,7 @@ def _publisher(
     """What ``--push``/``--harness`` make of a built image: a function from its local name to
     where it was pushed (None: no push)."""
     from infra.harnesses import harness
-    from infra.images.layers import add_files
+    from infra.images.layers import install_of, with_install
     from infra.images.sinks import image_sink
     from schemas.errors import ConfigError
 
@@ -104,13 +104,10 @@ def _publisher(
         return None
     url = registry if registry.startswith("registry://") else f"registry://{registry}"
     sink = image_sink(url, store)
-    chosen = None if harness_name is None else harness(harness_name)
+    install = None if harness_name is None else install_of(harness(harness_name))
 
     def publish(ref: str) -> str:
-        files = chosen.install_files() if chosen is not None else []
-        if chosen is not None and files:
-            ref = add_files(store, ref, files, chosen.name, chosen.install_libraries())
-        return sink.publish(ref)
+        return sink.publish(ref if install is None else with_install(store, ref, install))
 
     return publish
 

@@ -8,11 +8,12 @@ from pathlib import Path
 
 from infra.harnesses import Agent
 from infra.harnesses.libraries import GLIBC, shared_libraries
+from infra.images.layers import install_of
 from tests.infra.harnesses.conftest import installed
 
 
 def test_the_agents_python_needs_libssl_and_not_the_c_library() -> None:
-    libraries = Agent().install_libraries()
+    libraries = install_of(Agent()).libraries
     names = {p.name for p in libraries}
     assert {"libssl.so.3", "libcrypto.so.3", "libffi.so.8"} <= names  # ssl, ctypes
     assert not names & GLIBC and not any(n.startswith(("libX11", "libtk")) for n in names)
@@ -22,7 +23,7 @@ def test_the_agents_python_needs_libssl_and_not_the_c_library() -> None:
 
 def test_a_node_cli_needs_libstdcxx_and_directories_are_walked(tmp_path: Path) -> None:
     codex = installed("codex")
-    names = {p.name for p in codex.install_libraries()}  # its Node, and the install's own ELFs
+    names = {p.name for p in install_of(codex).libraries}  # its Node, and the install's own ELFs
     assert "libstdc++.so.6" in names
     (tmp_path / "deep" / "er").mkdir(parents=True)
     shutil.copy("/usr/bin/ls", tmp_path / "deep" / "er" / "program")  # loads libselinux

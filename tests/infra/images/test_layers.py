@@ -13,7 +13,7 @@ from pathlib import Path
 
 from infra.harnesses.agent import Agent, interpreter
 from infra.images import ImageBuilder, ImageStore
-from infra.images.layers import add_files
+from infra.images.layers import add_files, install_of, with_install
 from infra.tasks import load_task
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -58,7 +58,8 @@ def test_files_land_at_their_paths_traversable_and_named_by_content(tmp_path: Pa
 
 def test_the_agents_python_runs_the_sdk_in_a_task_image_as_a_non_root_user() -> None:
     agent = Agent()
-    files = agent.install_files()
+    install = install_of(agent)
+    files = install.files
     assert agent.executable() in files and agent.executable().resolve() in files
     assert any(p.name == "__init__.py" and p.parent.name == "openai" for p in files)
     assert not any(part in ("torch", "vllm") for p in files for part in p.parts)  # not the venv
@@ -67,9 +68,9 @@ def test_the_agents_python_runs_the_sdk_in_a_task_image_as_a_non_root_user() -> 
     image = builder.image(load_task(ROOT / "examples" / "images" / "package-count"))
     lib = "usr/lib/x86_64-linux-gnu/libssl.so.3"
     assert not (builder.store.rootfs(image.ref) / lib).exists()
-    libraries = agent.install_libraries()
+    libraries = install.libraries
     assert Path("/", lib) in libraries and not any(p.name == "libc.so.6" for p in libraries)
-    ref = add_files(builder.store, image.ref, files, "agent", libraries)
+    ref = with_install(builder.store, image.ref, install)
     rootfs = builder.store.rootfs(ref)
     probe = "import openai, ssl, sys; print(openai.__version__, sys.prefix)"
     done = subprocess.run(

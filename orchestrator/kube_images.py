@@ -1,0 +1,60 @@
+"""The images a Kubernetes backend's pods run, when it has an image sink.
+
+Each task with an image of its own (a Dockerfile or ``docker_image``) is built here (its whole
+Dockerfile, as on the local backend), the harness's install is added to it as one layer
+(:mod:`infra.images.layers`), and the result is published to the sink
+(:mod:`infra.images.sinks`: a node's containerd, or a registry); pods then need no copy of the
+harness. Each (task, harness) is published once per backend, and each harness's install is
+listed once.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from infra.harnesses import Harness
+from infra.images import ImageBuilder, ImagePolicy
+from infra.images.layers import Install, install_of, with_install
+from infra.images.sinks import image_sink
+from infra.tasks import Task
+from orchestrator.kube_objects import BuiltImage
+
+log = logging.getLogger(__name__)
+
+
+class TaskImages:
+    """Builds and publishes task images to the sink at ``sink_url``."""
+
+    def __init__(self, sink_url: str, policy: ImagePolicy) -> None:
+        self.sink = image_sink(sink_url)
+        self.policy = policy
+        self._lock = threading.Lock()
+        self._builder: ImageBuilder | None = None
+        self._installs: dict[str, Install] = {}  # harness name -> its install
+        self._built: dict[tuple[str, str], BuiltImage] = {}  # (task, harness) -> its image
+
+    def built(self, task: Task, harness: Harness) -> BuiltImage | None:
+        """What :meth:`publish` made for the pair (None: nothing yet)."""
+        return self._built.get((task.id, harness.name))
+
+    def publish(self, task: Task, harness: Harness) -> BuiltImage | None:
+        """The task's own image, built (or found), with the harness's install added, and
+        published; None for a task with no image of its own."""
+        if task.dockerfile is None and not task.environment.docker_image:
+            return None
+        key = (task.id, harness.name)
+        with self._lock:
+            if key in self._built:
+                return self._built[key]
+            if self._builder is None:
+                self._builder = ImageBuilder(policy=self.policy)
+            if harness.name not in self._installs:
+                self._installs[harness.name] = install_of(harness)
+            install = self._installs[harness.name]
+        image = self._builder.image(task, say=log.info)
+        ref = with_install(self._builder.store, image.ref, install)
+        built = BuiltImage(self.sink.publish(ref), image.config.workdir, holds_harness=True)
+        with self._lock:
+            self._built[key] = built
+        return built
