@@ -55,19 +55,29 @@ def _measure(workspace: Path, limit: int) -> tuple[int, int]:
     return total, count
 
 
+def too_large(limit_bytes: int, size: int, files: int) -> str:
+    """Why a workspace of ``size`` bytes in ``files`` files was not saved."""
+    return (
+        f"the workspace holds more than {limit_bytes} bytes of files (at least {size} in "
+        f"{files} files): not saved, so it cannot be re-scored; raise the limit with "
+        "`openforge rollouts run --max-workspace-mb`"
+    )
+
+
+def write_note(rollout_dir: Path, workdir: str, limit_bytes: int, **fields: object) -> None:
+    """The rollout's ``final-workspace.json``: where the workspace was, the limit, and
+    ``fields`` (``saved``, and the sizes or the reason)."""
+    note = {"workdir": workdir, "limit_bytes": limit_bytes, **fields}
+    (rollout_dir / NOTE).write_text(json.dumps(note, indent=2) + "\n")
+
+
 def save(workspace: Path, rollout_dir: Path, workdir: str, limit_bytes: int) -> SavedWorkspace:
     """Archive ``workspace`` (seen at ``workdir`` in the sandbox) into ``rollout_dir``, unless
     its files add up to more than ``limit_bytes``; the note says which, either way."""
     size, files = _measure(workspace, limit_bytes)
-    note: dict[str, object] = {"workdir": workdir, "limit_bytes": limit_bytes}
     if size > limit_bytes:
-        reason = (
-            f"the workspace holds more than {limit_bytes} bytes of files (at least {size} in "
-            f"{files} files): not saved, so it cannot be re-scored; raise the limit with "
-            "`openforge rollouts run --max-workspace-mb`"
-        )
-        note.update(saved=False, reason=reason)
-        (rollout_dir / NOTE).write_text(json.dumps(note, indent=2) + "\n")
+        reason = too_large(limit_bytes, size, files)
+        write_note(rollout_dir, workdir, limit_bytes, saved=False, reason=reason)
         return SavedWorkspace(None, size, files, reason)
     archive = rollout_dir / ARCHIVE
     tmp = archive.with_name(archive.name + ".tmp")
@@ -75,8 +85,8 @@ def save(workspace: Path, rollout_dir: Path, workdir: str, limit_bytes: int) -> 
         for item in sorted(workspace.iterdir()):
             tar.add(item, arcname=item.name)  # symlinks are stored as symlinks
     tmp.rename(archive)
-    note.update(saved=True, bytes=size, files=files, archive_bytes=archive.stat().st_size)
-    (rollout_dir / NOTE).write_text(json.dumps(note, indent=2) + "\n")
+    write_note(rollout_dir, workdir, limit_bytes, saved=True, bytes=size, files=files,
+               archive_bytes=archive.stat().st_size)  # fmt: skip
     return SavedWorkspace(archive, size, files)
 
 
@@ -90,8 +100,7 @@ def save_or_note(
     except OSError as exc:
         reason = f"the workspace could not be archived: {exc}"
         (rollout_dir / (ARCHIVE + ".tmp")).unlink(missing_ok=True)
-        note = {"workdir": workdir, "limit_bytes": limit_bytes, "saved": False, "reason": reason}
-        (rollout_dir / NOTE).write_text(json.dumps(note, indent=2) + "\n")
+        write_note(rollout_dir, workdir, limit_bytes, saved=False, reason=reason)
         return SavedWorkspace(None, 0, 0, reason)
 
 

@@ -22,13 +22,12 @@ from __future__ import annotations
 import base64
 import binascii
 import io
-import json
 import shlex
 import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from orchestrator.final_workspace import ARCHIVE, NOTE
+from orchestrator.final_workspace import ARCHIVE, too_large, write_note
 
 BEGIN = "==openforge:final-workspace:begin=="
 END = "==openforge:final-workspace:end=="
@@ -102,7 +101,6 @@ def keep(verifier_log: str, rollout_dir: Path, workdir: str, limit_bytes: int) -
     """Save the workspace the log carries into ``rollout_dir`` (with its note, either way);
     returns the verifier's own output."""
     part = split(verifier_log)
-    note: dict[str, object] = {"workdir": workdir, "limit_bytes": limit_bytes}
     reason = part.reason
     if part.archive is not None:
         try:
@@ -110,17 +108,11 @@ def keep(verifier_log: str, rollout_dir: Path, workdir: str, limit_bytes: int) -
         except (tarfile.TarError, OSError, EOFError) as exc:
             reason = f"the workspace archive in the log cannot be read: {exc}"
         else:
-            if size > limit_bytes:
-                reason = (
-                    f"the workspace holds more than {limit_bytes} bytes of files (at least "
-                    f"{size} in {files} files): not saved, so it cannot be re-scored; raise the "
-                    "limit (`--max-workspace-mb`)"
-                )
-            else:
+            if size <= limit_bytes:
                 (rollout_dir / ARCHIVE).write_bytes(part.archive)
-                note.update(saved=True, bytes=size, files=files,
-                            archive_bytes=len(part.archive))  # fmt: skip
-    if reason is not None:
-        note.update(saved=False, reason=reason)
-    (rollout_dir / NOTE).write_text(json.dumps(note, indent=2) + "\n")
+                write_note(rollout_dir, workdir, limit_bytes, saved=True, bytes=size,
+                           files=files, archive_bytes=len(part.archive))  # fmt: skip
+                return part.log
+            reason = too_large(limit_bytes, size, files)
+    write_note(rollout_dir, workdir, limit_bytes, saved=False, reason=reason)
     return part.log
