@@ -96,11 +96,16 @@ class PodSettings:
     cpu_request: float = 1.0
 
     def __post_init__(self) -> None:
-        if not 0.01 <= self.cpu_request <= 1.0:
-            raise ConfigError(
-                f"kubernetes cpu_request {self.cpu_request}: the share of a task's cpus a pod "
-                "requests is between 0.01 and 1 (1: requests = limits)"
-            )
+        check_cpu_request(self.cpu_request)
+
+
+def check_cpu_request(share: float) -> None:
+    """ConfigError unless ``share`` is a share of a task's cpus a pod can request."""
+    if not 0.01 <= share <= 1.0:
+        raise ConfigError(
+            f"kubernetes.cpu_request = {share} (--kube-cpu-request): the share of a task's cpus "
+            "a pod requests is between 0.01 and 1 (1: requests = limits)"
+        )
 
 
 def _resources(task: Task, cpu_request: float = 1.0) -> dict[str, Any]:
@@ -295,6 +300,24 @@ def _volumes(objects: TaskObjects, secret_name: str, tools: bool) -> list[dict[s
     return volumes
 
 
+def _init_containers(
+    pod: _Pod, harness: Harness, settings: PodSettings, invocation: Invocation, home: Path,
+    secret_name: str,
+) -> list[dict[str, Any]]:  # fmt: skip
+    """``workspace``, ``tools`` where needed, ``agent``."""
+    # In the task's own image, the harness's install is copied in from the harness image,
+    # unless the image was built with it (an image sink's build adds it as a layer).
+    own = pod.image != settings.harness_image and not pod.objects.holds_harness
+    paths = harness.read_only_paths() if own else []
+    init = [_workspace_init(pod)]
+    tool_mounts: list[dict[str, Any]] = []
+    if paths:
+        tools_init, tool_mounts = _tools_init(pod, settings.harness_image, paths)
+        init.append(tools_init)
+    init.append(_agent_init(pod, invocation, home, secret_name, tool_mounts))
+    return init
+
+
 def rollout_pod(
     *,
     name: str,
@@ -315,17 +338,8 @@ def rollout_pod(
         task, objects, image, _security(settings), _resources(task, settings.cpu_request),
         settings.image_pull_policy, settings.egress_canary,
     )  # fmt: skip
-    # In the task's own image, the harness's install is copied in from the harness image,
-    # unless the image was built with it (an image sink's build adds it as a layer).
-    own = image != settings.harness_image and not objects.holds_harness
-    paths = harness.read_only_paths() if own else []
-    tools = bool(paths)
-    init = [_workspace_init(pod)]
-    tool_mounts: list[dict[str, Any]] = []
-    if tools:
-        tools_init, tool_mounts = _tools_init(pod, settings.harness_image, paths)
-        init.append(tools_init)
-    init.append(_agent_init(pod, invocation, home, secret_name, tool_mounts))
+    init = _init_containers(pod, harness, settings, invocation, home, secret_name)
+    tools = any(c["name"] == "tools" for c in init)
     deadline = int(task.agent.timeout_sec) + int(task.verifier.timeout_sec) + STARTUP_S
     return {
         "apiVersion": "v1",

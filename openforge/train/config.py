@@ -26,6 +26,7 @@ from infra.eventlog.urls import absolute_location
 from infra.images import DEFAULT_FALLBACKS
 from orchestrator.backend import RolloutBackendName
 from orchestrator.environments import SandboxMode
+from orchestrator.kube_pod import check_cpu_request
 from schemas.errors import ConfigError
 from schemas.registry import choose
 from trainer.algorithm_names import AdvantageEstimator, PolicyLoss
@@ -247,11 +248,7 @@ class TrainConfig:
                 "with kubernetes.kubeconfig, set kubernetes.proxy_host: an address of this "
                 "machine that the cluster's pods reach (the proxy listens there)"
             )
-        if not 0.01 <= kube.cpu_request <= 1.0:
-            raise ConfigError(
-                f"kubernetes.cpu_request = {kube.cpu_request}: the share of a task's cpus a pod "
-                "requests is between 0.01 and 1 (1: requests = limits)"
-            )
+        check_cpu_request(kube.cpu_request)
 
     def to_toml(self) -> str:
         """The resolved config as TOML (written to the run directory)."""
