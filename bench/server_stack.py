@@ -26,18 +26,17 @@ from __future__ import annotations
 import argparse
 import contextlib
 import shutil
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
+from bench.packages import package_dir
 from bench.proxy_cpu_budget import cpu_seconds
 from bench.proxy_overhead import run_phase, service
 from bench.proxy_report import Level, Phase, pct
 from bench.proxy_threads import Prompt
 from infra.local.process import free_port
-from infra.paths import cache_dir, default_tiny_dir
+from infra.paths import default_tiny_dir
 from infra.tiny_model import build_tiny_model
 from schemas.enums import Dialect
 
@@ -47,14 +46,7 @@ LEVELS = {1: Level(1, 25, 8), 16: Level(16, 4, 8), 64: Level(64, 2, 8)}
 
 def granian_dir(version: str = GRANIAN) -> Path:
     """A directory with granian installed (built on first use)."""
-    target = cache_dir() / "bench" / f"granian-{version}"
-    if not (target / ".complete").exists():
-        print(f"installing granian=={version} into {target}", flush=True)
-        shutil.rmtree(target, ignore_errors=True)
-        pip = [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target)]
-        subprocess.run([*pip, f"granian=={version}"], check=True)
-        (target / ".complete").touch()
-    return target
+    return package_dir("granian", version)
 
 
 def tree_cpu(pid: int) -> float:

@@ -143,7 +143,7 @@ def create_app(
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         model, tokenizer, max_len = await discover(config)
-        renderer = Renderer(tokenizer, config.render_mode)
+        renderer = Renderer(tokenizer, config.render_mode, engine=config.template_engine)
         metrics = ProxyMetrics()
         upstream = UPSTREAMS.get(config.upstream_kind)(
             config.upstream_url, model, timeout=config.upstream_timeout, decode=renderer.decode_text

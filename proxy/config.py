@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 
+from proxy.chat_template import TemplateEngine
 from proxy.redaction import RedactionMode, RedactionPattern, build_patterns, read_pattern_file
 from proxy.render import RenderMode
 from schemas.errors import ConfigError
@@ -83,6 +84,9 @@ class ProxyConfig:
         render_mode: how a continuation's new messages are rendered: ``auto`` (a window of the
             conversation, verified against a full rendering on the first calls), ``verify``
             (both, every call) or ``full`` (see :mod:`proxy.render`); a typo raises ConfigError.
+        template_engine: what renders the chat template: ``auto`` (MiniJinja where it renders
+            exactly what the tokenizer's own template does, checked at load and on the first
+            calls) or ``jinja2`` (the tokenizer's own, always; see :mod:`proxy.chat_template`).
         finished_rollouts: how many finished rollouts are remembered (oldest forgotten first),
             so a late reward is still attributed and a late call gets a clear 410.
     """
@@ -123,6 +127,7 @@ class ProxyConfig:
     pause_timeout: float = 300.0
     finished_rollouts: int = 10_000
     render_mode: RenderMode = RenderMode.AUTO
+    template_engine: TemplateEngine = TemplateEngine.AUTO
     log_fsync: bool = True
     redaction: RedactionMode = RedactionMode.MASK
     redact_patterns: list[str] = field(default_factory=list)
@@ -143,6 +148,7 @@ class ProxyConfig:
         )
         self.pause_mode = choose(PauseMode, self.pause_mode, "pause_mode")
         self.render_mode = choose(RenderMode, self.render_mode, "render_mode")
+        self.template_engine = choose(TemplateEngine, self.template_engine, "template_engine")
         for name in ("body_timeout", "record_timeout", "pause_timeout"):
             if not getattr(self, name) > 0:
                 raise ConfigError(f"{name} must be a positive number of seconds")

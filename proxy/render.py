@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from proxy.canonical import Message
+from proxy.chat_template import ChatTemplate, TemplateEngine
 from schemas.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -85,6 +86,7 @@ class Renderer:
         tokenizer_dir: Path,
         mode: RenderMode | str = RenderMode.AUTO,
         verify_first: int = VERIFIED_WINDOWS,
+        engine: TemplateEngine | str = TemplateEngine.AUTO,
     ) -> None:
         try:
             from transformers import AutoTokenizer
@@ -106,6 +108,7 @@ class Renderer:
         self.eos_token: str = self._tok.eos_token or ""
         self.eos_token_id: int | None = self._tok.eos_token_id
         self.stats = RenderStats()
+        self.template = ChatTemplate(self._tok, engine)
         self._windows_ok = self.mode is not RenderMode.FULL
         self._stubs_ok = self.mode is not RenderMode.FULL
         self._specials = sorted(
@@ -122,13 +125,7 @@ class Renderer:
         )
 
     def render(self, messages: list[Message], tools: list[dict[str, Any]], generation: bool) -> str:
-        text = self._tok.apply_chat_template(
-            messages,
-            tools=tools or None,  # type: ignore[arg-type]
-            tokenize=False,
-            add_generation_prompt=generation,
-        )
-        return str(text)
+        return self.template.render(messages, tools, generation)
 
     def encode(self, text: str) -> list[int]:
         if self._backend is not None:

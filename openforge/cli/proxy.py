@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from openforge.cli.paths import absolute_location
+from proxy.chat_template import TemplateEngine
 from proxy.config import PauseMode, ProxyConfig, UpstreamKind
 from proxy.redaction import RedactionMode
 from proxy.render import RenderMode
@@ -103,6 +104,13 @@ def proxy(
         RenderMode,
         typer.Option(help="Continuations: render a verified window (auto), both (verify), full."),
     ] = RenderMode.AUTO,
+    template_engine: Annotated[
+        TemplateEngine,
+        typer.Option(
+            help="Chat template: MiniJinja where it renders as the tokenizer's own (auto, "
+            "checked), or the tokenizer's own Jinja2 always (jinja2)."
+        ),
+    ] = TemplateEngine.AUTO,
     no_fsync: Annotated[
         bool,
         typer.Option(
@@ -150,6 +158,7 @@ def proxy(
         max_model_len=max_model_len,
         finished_rollouts=finished_rollouts,
         render_mode=render_mode,
+        template_engine=template_engine,
         log_fsync=not no_fsync,
         redaction=redaction,
         redact_patterns=list(redact or []),

@@ -48,3 +48,20 @@ def test_bad_bodies_get_the_same_400(raw: bytes, message: str) -> None:
     with pytest.raises(ProxyError) as info:
         parse_json(raw)
     assert info.value.status == 400 and message in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"12345678901234567890123",
+        b'"text"',
+        b"1.5",
+        b"null",
+        b"[[1e300], {}]",
+        b"-9223372036854775809",
+    ],
+)
+def test_any_json_value_parses_to_the_standard_librarys(raw: bytes) -> None:
+    """Scalars at the top too, and floats past 2**63 that really are floats."""
+    got = parse_json(raw)
+    assert got == json.loads(raw) and type(got) is type(json.loads(raw))
