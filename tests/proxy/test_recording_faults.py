@@ -5,6 +5,7 @@ the fast vLLM-format upstream; the only stand-in is an event-log writer that can
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 import secrets
@@ -296,3 +297,56 @@ def test_a_client_that_sends_its_body_too_slowly_is_cut_off(upstream: str, tmp_p
         head, _, body = answer.partition("\r\n\r\n")
         assert head.startswith("HTTP/1.1 408")
         assert json.loads(body)["error"]["type"] == "timeout_error"
+
+
+class _CountingWriter(EventLogWriter):
+    """The real local log's writer, counting its flushes and what each made durable (the
+    fsync takes a few ms more than here, so that calls arrive while one is in progress)."""
+
+    def __init__(self, root: Path) -> None:
+        self.inner = LocalLog(root).writer()
+        self.flushes = 0
+        self.appended: list[bytes] = []
+        self.durable: set[bytes] = set()
+
+    def append(self, topic: str, key: bytes | None, value: bytes) -> None:
+        self.inner.append(topic, key, value)
+        self.appended.append(key or b"")
+
+    def flush(self, timeout: float = 30.0) -> None:
+        time.sleep(0.02)
+        self.inner.flush(timeout)
+        self.flushes += 1
+        self.durable.update(self.appended)
+        self.appended.clear()
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+def test_concurrent_calls_share_one_fsync_and_each_waits_for_its_own(tmp_path: Path) -> None:
+    """Group commit: 64 calls' records published at once from 64 threads take a few fsyncs, not
+    64, and no receipt resolves before the fsync that made its record durable."""
+    writer = _CountingWriter(tmp_path / "events")
+    publisher = Publisher(lambda: writer, tmp_path / "spool", retry_interval=0.2)
+    early: list[str] = []
+
+    def call(i: int) -> None:
+        record = valid_records(f"r{i}")[1]
+        receipt = publisher.publish([record])
+        assert asyncio.run(receipt.wait(30))
+        if record.rollout_id.encode() not in writer.durable:  # flushes sleep 20 ms first
+            early.append(record.rollout_id)
+
+    try:
+        threads = [threading.Thread(target=call, args=(i,)) for i in range(64)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        publisher.close()
+    assert early == []
+    assert writer.durable == {f"r{i}".encode() for i in range(64)}
+    assert 1 <= writer.flushes <= 16, writer.flushes
+    assert len(log_records(tmp_path / "events")) == 64
