@@ -55,9 +55,10 @@ class TaskObjects:
 
 @dataclass(frozen=True)
 class BuiltImage:
-    """A task's own image, built from its whole Dockerfile and published where the cluster
-    runs it: the reference pods use, its WORKDIR (None: the task's ``workdir``), and whether
-    the harness's install was added to it (:mod:`infra.images.layers`)."""
+    """The image a task's pods run, built here (the task's whole Dockerfile, or the catalogue's
+    base for a task with no image) and published where the cluster runs it: the reference pods
+    use, its WORKDIR (None: the task's ``workdir``), and whether the harness's install was added
+    to it (:mod:`infra.images.layers`)."""
 
     ref: str
     workdir: str | None
@@ -161,7 +162,11 @@ def task_objects(
     image = (built.ref if built else None) or task.environment.docker_image
     image = image or (plan.base if plan else None)
     env = dict(plan.env) if plan else {}
-    baked = built is not None or task.environment.docker_image is not None
+    # Baked: the workspace is in the image (the task's own, built, or its docker_image); a task
+    # with no image of its own, run in a built base, still has its files laid out.
+    baked = (built is not None and task.dockerfile is not None) or bool(
+        task.environment.docker_image
+    )
     files = [] if baked else _workspace_files(task, plan, workdir)
     environment = None
     if files:

@@ -66,8 +66,9 @@ class PodSettings:
         namespace: where rollout pods run (its NetworkPolicy confines them).
         proxy_url: the proxy as rollout pods reach it (its Service).
         harness_image: an image holding the harnesses at the paths this orchestrator's
-            :meth:`Harness.read_only_paths` names (the OpenForge image); the agent runs in it
-            when the task brings no image, else its install is copied into the task's image.
+            :meth:`Harness.read_only_paths` names (the OpenForge image); without an image
+            sink, the agent runs in it when the task brings no image, else its install is
+            copied into the task's image (with a sink, no pod needs it: kube_images).
         run_as_user: the uid (and gid) every container runs as.
         read_only_root: a read-only root filesystem for every container.
         annotations: extra annotations on every pod.

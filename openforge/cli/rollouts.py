@@ -110,7 +110,12 @@ def run(
         typer.Option(help="kubernetes: the proxy as pods reach it (e.g. its Service URL)."),
     ] = None,
     harness_image: Annotated[
-        str, typer.Option(help="kubernetes: the image holding the harnesses.")
+        str,
+        typer.Option(
+            help="kubernetes, without --kube-image-sink: the image holding the harnesses, in "
+            "which tasks with no image of their own run (with a sink, they run in the "
+            "catalogue's python:3.11-slim with the harness's install added)."
+        ),
     ] = "ghcr.io/openforge/openforge:latest",
     kube_image_sink: Annotated[
         str | None,

@@ -84,10 +84,12 @@ class Contract:
     def backend(self, play: Play) -> RolloutBackend:
         assert self.proxy.unix_socket is not None
         kubeconfig = self.kube.kubeconfig if self.kube is not None else None
-        pod = PodSettings(namespace=NS, proxy_url=self.proxy.url, harness_image=IMAGE)
-        config = RolloutBackendConfig(
-            name=self.name, kubernetes=KubeOptions(kubeconfig=kubeconfig, pod=pod)
-        )
+        sink = self.kube.real_node.sink.url if self.kube is not None else None
+        # No harness image: a task with none of its own runs in the catalogue's python base,
+        # with the harness's install added, published to the node (orchestrator/kube_images.py).
+        pod = PodSettings(namespace=NS, proxy_url=self.proxy.url)
+        options = KubeOptions(kubeconfig=kubeconfig, pod=pod, image_sink=sink)
+        config = RolloutBackendConfig(name=self.name, kubernetes=options)
         run_proxy = RunProxy(self.proxy.url, ProxyEndpoint(self.proxy.unix_socket, 8100))
         backend = build_backend(config, run_proxy)
         self.made.append(backend)
