@@ -38,7 +38,6 @@ from proxy.attribution import read_body, request_key
 from proxy.credentials import check_admin
 from proxy.errors import ProxyError
 from proxy.recording import now_us
-from proxy.rollouts import Rollout
 from proxy.state import ProxyState
 from schemas.enums import RolloutPhase
 from schemas.reward import RewardEvent
@@ -173,28 +172,10 @@ async def finish_rollout(state: ProxyState, request: Request) -> Response:
         exit_code = raw_code
     backend, message = _opt_str(body, "backend"), _opt_str(body, "message")
     state.recorder.check()
-    await _end(state, rollout, phase, backend=backend, exit_code=exit_code, message=message)
+    await state.end(rollout, phase, backend=backend, exit_code=exit_code, message=message)
     return JSONResponse(
         {"rollout_id": rollout.rollout_id, "phase": phase.value, "calls": rollout.calls}
     )
-
-
-async def _end(
-    state: ProxyState,
-    rollout: Rollout,
-    phase: RolloutPhase,
-    *,
-    backend: str | None,
-    message: str | None,
-    exit_code: int | None = None,
-) -> None:
-    """Record the rollout's end and evict it from the live rollouts (a late reward still finds
-    it, :meth:`RolloutRegistry.finish`); return once that record is durable."""
-    receipt = state.recorder.ended(
-        rollout, phase, backend=backend, exit_code=exit_code, message=message
-    )
-    state.rollouts.finish(rollout, phase)
-    await state.recorder.durable(receipt)
 
 
 # Phases the orchestrator reports beside the proxy's own (started on registration, the agent's
@@ -224,7 +205,7 @@ async def record_phase(state: ProxyState, request: Request) -> Response:
     }
     state.recorder.check()
     if live is not None and phase is RolloutPhase.INFRA_FAILED:
-        await _end(state, live, phase, backend=fields["backend"], message=fields["message"])
+        await state.end(live, phase, backend=fields["backend"], message=fields["message"])
         return JSONResponse({"rollout_id": rollout_id, "phase": phase.value}, status_code=201)
     receipt = state.recorder.phase(
         rollout_id,

@@ -52,6 +52,7 @@ from proxy.errors import ProxyError
 from proxy.metrics import ProxyMetrics
 from proxy.publisher import Publisher
 from proxy.render import Renderer
+from proxy.sessions import reaping
 from proxy.state import ProxyState
 from proxy.upstream import UPSTREAMS
 
@@ -162,8 +163,10 @@ def create_app(
         # Move everything loaded so far (torch, transformers, ...) out of the cyclic collector's
         # reach: full collections over millions of start-up objects stalled requests.
         gc.freeze()
+        idle = config.session_idle_timeout if config.open_mode else 0
         try:
-            yield
+            async with reaping(app.state.proxy, idle):
+                yield
         finally:
             await upstream.aclose()
             publisher.close()

@@ -2,8 +2,9 @@
 
 Attribution, in order: a minted rollout key (``Authorization: Bearer ofk_...`` or
 ``x-api-key``) names its rollout; a ``/rollout/{rollout_id}/...`` path names one (and must agree
-with a key); in open mode a session identity header names ``session-<identity>``. A key minted
-for one rollout never records into another. Failures are ProxyErrors that say what to do:
+with a key); in open mode a session identity header names its session's rollout
+(:mod:`proxy.sessions`). A key minted for one rollout never records into another. Failures are
+ProxyErrors that say what to do:
 401 (no or unknown key), 403 (key of another rollout), 404 (unknown rollout), 410 (finished).
 """
 
@@ -16,6 +17,7 @@ from starlette.requests import Request
 from proxy.bodies import read_object
 from proxy.errors import ProxyError
 from proxy.rollouts import KEY_PREFIX, Rollout
+from proxy.sessions import session_rollout
 from proxy.state import ProxyState
 
 
@@ -60,16 +62,6 @@ def _register(state: ProxyState, rollout_id: str) -> Rollout:
     return rollout
 
 
-def _live_or_new(state: ProxyState, rollout_id: str) -> Rollout:
-    """The live rollout ``rollout_id``, registering it if it is new (410 if it finished)."""
-    rollout = state.rollouts.get(rollout_id)
-    if rollout is not None:
-        return rollout
-    if state.rollouts.finished(rollout_id) is not None:
-        raise _finished(rollout_id)
-    return _register(state, rollout_id)
-
-
 def attribute(state: ProxyState, request: Request) -> Rollout:
     """The live rollout this call records into, or a 401/403/404/410 ProxyError."""
     key = request_key(request)
@@ -111,7 +103,7 @@ def attribute(state: ProxyState, request: Request) -> Rollout:
     if state.config.open_mode:
         session = session_identity(request, state.config.session_headers)
         if session:
-            return _live_or_new(state, f"session-{session}")
+            return session_rollout(state, session)
         raise ProxyError(
             401,
             "open mode: no session identity header "

@@ -48,6 +48,9 @@ class ProxyConfig:
         auto_register: unknown rollout ids in the path are registered on first use (else 404).
         require_keys: path rollouts that have a minted key accept only calls carrying it.
         open_mode: plain ``/v1/...`` calls are attributed by the harness's session identity.
+        session_idle_timeout: open mode: seconds without a call after which a session's rollout
+            ends (recorded ``finished``; the session's next call starts its next rollout);
+            0 keeps sessions open until finished (see :mod:`proxy.sessions`).
         session_headers: headers that carry a session identity in open mode, in priority order
             (``traceparent`` contributes its trace id).
         record_bodies: record request and response bodies (False: both are left out of every
@@ -102,6 +105,7 @@ class ProxyConfig:
     auto_register: bool = False
     require_keys: bool = False
     open_mode: bool = False
+    session_idle_timeout: float = 1800.0
     session_headers: list[str] = field(
         default_factory=lambda: [
             "x-openforge-session",
@@ -149,6 +153,11 @@ class ProxyConfig:
         self.pause_mode = choose(PauseMode, self.pause_mode, "pause_mode")
         self.render_mode = choose(RenderMode, self.render_mode, "render_mode")
         self.template_engine = choose(TemplateEngine, self.template_engine, "template_engine")
+        if not self.session_idle_timeout >= 0:
+            raise ConfigError(
+                "session_idle_timeout must be 0 (sessions end only when finished) or a "
+                "positive number of seconds"
+            )
         for name in ("body_timeout", "record_timeout", "pause_timeout"):
             if not getattr(self, name) > 0:
                 raise ConfigError(f"{name} must be a positive number of seconds")

@@ -67,11 +67,14 @@ class CallLifecycle:
     async def __aenter__(self) -> CallLifecycle:
         admitted = advance(self.stage, Step.ADMIT)
         state = self.state
+        self.rollout.enter()  # an open-mode session is not idle while a call waits or runs
         try:
             state.recorder.check()
             await state.gate.admit()
-        except ProxyError as exc:
-            state.metrics.count_rejected(self.dialect.name.value, exc.status)
+        except BaseException as exc:
+            self.rollout.leave()
+            if isinstance(exc, ProxyError):
+                state.metrics.count_rejected(self.dialect.name.value, exc.status)
             raise
         self.stage = admitted
         return self
@@ -175,6 +178,7 @@ class CallLifecycle:
                 raise late  # answered instead of the call's own response
         finally:
             self.state.gate.release()
+            self.rollout.leave()
             self.stage = advance(self.stage, Step.EXIT)
 
     def _settle_unsettled(self, exc: BaseException | None) -> None:

@@ -41,6 +41,9 @@ class Rollout:
     metadata: dict[str, str] = field(default_factory=dict)
     api_key: str | None = None
     record: bool = True  # False: calls are served, nothing of the rollout is published
+    session: str | None = None  # open mode: the session identity it records (proxy.sessions)
+    _in_flight: int = field(default=0, init=False, repr=False)
+    _last_active: float = field(default_factory=time.monotonic, init=False, repr=False)
     _next_call: int = field(default=0, init=False, repr=False)
     _tracker: ContinuityTracker = field(init=False, repr=False)
     _encoder: DeltaEncoder = field(default_factory=DeltaEncoder, init=False, repr=False)
@@ -63,6 +66,20 @@ class Rollout:
     def calls(self) -> int:
         """How many calls were numbered for this rollout (each gets one completion event)."""
         return self._next_call
+
+    def enter(self) -> None:
+        """A call of this rollout starts (it is active until the matching :meth:`leave`)."""
+        self._in_flight += 1
+        self._last_active = time.monotonic()
+
+    def leave(self) -> None:
+        """A call of this rollout ended."""
+        self._in_flight -= 1
+        self._last_active = time.monotonic()
+
+    def idle_for(self, now: float) -> float:
+        """Seconds since its last call ended (0 while a call is in flight)."""
+        return 0.0 if self._in_flight else max(0.0, now - self._last_active)
 
     def delta(
         self,
@@ -106,6 +123,7 @@ class RolloutRegistry:
         self.finished_capacity = finished_capacity
         self._by_id: dict[str, Rollout] = {}
         self._by_key: dict[str, Rollout] = {}
+        self._by_session: dict[str, Rollout] = {}  # open mode: identity -> its live rollout
         self._finished: OrderedDict[str, FinishedRollout] = OrderedDict()
         self._finished_keys: dict[str, str] = {}  # key -> finished rollout id
 
@@ -118,6 +136,10 @@ class RolloutRegistry:
         """The number of finished rollouts remembered (at most ``finished_capacity``)."""
         return len(self._finished)
 
+    def live(self) -> list[Rollout]:
+        """The live rollouts, oldest first."""
+        return list(self._by_id.values())
+
     def get(self, rollout_id: str) -> Rollout | None:
         """The live rollout ``rollout_id`` (None once it has finished)."""
         return self._by_id.get(rollout_id)
@@ -125,6 +147,10 @@ class RolloutRegistry:
     def by_key(self, key: str) -> Rollout | None:
         """The live rollout this key was minted for."""
         return self._by_key.get(key)
+
+    def by_session(self, identity: str) -> Rollout | None:
+        """The live rollout of the open-mode session ``identity``."""
+        return self._by_session.get(identity)
 
     def finished(self, rollout_id: str) -> FinishedRollout | None:
         """The finished rollout ``rollout_id``, while it is remembered."""
@@ -142,6 +168,8 @@ class RolloutRegistry:
             rollout.api_key = KEY_PREFIX + secrets.token_urlsafe(24)
             self._by_key[rollout.api_key] = rollout
         self._by_id[rollout_id] = rollout
+        if rollout.session is not None:
+            self._by_session[rollout.session] = rollout
         return rollout
 
     def finish(self, rollout: Rollout, phase: RolloutPhase) -> FinishedRollout:
@@ -151,6 +179,8 @@ class RolloutRegistry:
         self._by_id.pop(rollout.rollout_id, None)
         if rollout.api_key is not None:
             self._by_key.pop(rollout.api_key, None)
+        if rollout.session is not None and self._by_session.get(rollout.session) is rollout:
+            del self._by_session[rollout.session]
         done = FinishedRollout(
             rollout.rollout_id,
             phase,

@@ -13,8 +13,9 @@ from proxy.publisher import Publisher
 from proxy.recorder import Recorder
 from proxy.redaction import Redactor
 from proxy.render import Renderer
-from proxy.rollouts import RolloutRegistry
+from proxy.rollouts import Rollout, RolloutRegistry
 from proxy.upstream import Upstream
+from schemas.enums import RolloutPhase
 
 
 class ProxyState:
@@ -49,6 +50,23 @@ class ProxyState:
         )
         self.policy_version = config.policy_version  # ``openforge_proxy_policy_version`` reads it
         self.metrics.policy_version.set_function(lambda: self.policy_version)
+
+    async def end(
+        self,
+        rollout: Rollout,
+        phase: RolloutPhase,
+        *,
+        backend: str | None = None,
+        message: str | None = None,
+        exit_code: int | None = None,
+    ) -> None:
+        """Record the rollout's end and evict it from the live rollouts (a late reward still
+        finds it, :meth:`RolloutRegistry.finish`); return once that record is durable."""
+        receipt = self.recorder.ended(
+            rollout, phase, backend=backend, exit_code=exit_code, message=message
+        )
+        self.rollouts.finish(rollout, phase)
+        await self.recorder.durable(receipt)
 
     @property
     def body_limit(self) -> int:

@@ -64,6 +64,13 @@ def proxy(
     session_header: Annotated[
         list[str] | None, typer.Option(help="Extra session header (open mode).")
     ] = None,
+    session_idle: Annotated[
+        float,
+        typer.Option(
+            help="Open mode: seconds without a call after which a session's rollout ends "
+            "(its next call starts the next one); 0: only an explicit finish ends it."
+        ),
+    ] = 1800.0,
     no_bodies: Annotated[
         bool,
         typer.Option(
@@ -150,6 +157,7 @@ def proxy(
         auto_register=auto_register,
         require_keys=require_keys,
         open_mode=open_mode,
+        session_idle_timeout=session_idle,
         record_bodies=not no_bodies,
         max_concurrency=max_concurrency,
         policy_version=policy_version,
