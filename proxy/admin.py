@@ -35,7 +35,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from proxy.attribution import read_body, request_key
-from proxy.credentials import check_admin
+from proxy.credentials import check_admin, check_feedback
 from proxy.errors import ProxyError
 from proxy.recording import now_us
 from proxy.state import ProxyState
@@ -75,8 +75,29 @@ async def _body(state: ProxyState, request: Request) -> dict[str, Any]:
 
 
 async def reward(state: ProxyState, request: Request) -> Response:
-    rollout_id = request.path_params["rollout_id"]
-    require_admin(state, request)  # never the rollout's own key: the agent cannot score itself
+    """A reward for the rollout in the path, from the admin or the feedback credential (never
+    the rollout's own key: the agent cannot score itself)."""
+    who = check_feedback(state.config, request_key(request))
+    return await _reward(state, request, request.path_params["rollout_id"], who)
+
+
+async def session_reward(state: ProxyState, request: Request) -> Response:
+    """A reward (late feedback) for an open-mode session: its live rollout, else its last
+    ended one while the proxy remembers it; 404 otherwise (post by rollout id then)."""
+    who = check_feedback(state.config, request_key(request))
+    identity = request.path_params["session"]
+    rollout_id = state.rollouts.latest_of_session(identity)
+    if rollout_id is None:
+        raise ProxyError(
+            404,
+            f"no rollout of session {identity!r} is live or remembered: post the reward to "
+            "/rollout/{rollout_id}/reward (the session's rollouts carry metadata.session)",
+            code="session_not_found",
+        )
+    return await _reward(state, request, rollout_id, who)
+
+
+async def _reward(state: ProxyState, request: Request, rollout_id: str, who: str) -> Response:
     live, done = state.rollouts.get(rollout_id), state.rollouts.finished(rollout_id)
     body = await _body(state, request)
     value = body.get("reward")
@@ -94,7 +115,7 @@ async def reward(state: ProxyState, request: Request) -> Response:
         at_us=now_us(),
         task_id=body.get("task_id") or (live.task_id if live else done.task_id if done else None),
         components={str(k): float(v) for k, v in components.items()},
-        verifier=body.get("verifier"),
+        verifier=body.get("verifier") or ("feedback" if who == "feedback" else None),
         verifier_output=body.get("verifier_output"),
     )
     state.recorder.check()

@@ -48,6 +48,9 @@ class ProxyConfig:
         auto_register: unknown rollout ids in the path are registered on first use (else 404).
         require_keys: path rollouts that have a minted key accept only calls carrying it.
         open_mode: plain ``/v1/...`` calls are attributed by the harness's session identity.
+        feedback_token: a credential that can post rewards (feedback, e.g. a person's thumbs
+            up or a CI result, by rollout or by session) and nothing else; the admin token can
+            too. None: only the admin token posts rewards.
         session_idle_timeout: open mode: seconds without a call after which a session's rollout
             ends (recorded ``finished``; the session's next call starts its next rollout);
             0 keeps sessions open until finished (see :mod:`proxy.sessions`).
@@ -102,6 +105,7 @@ class ProxyConfig:
     spool_dir: Path = Path("spool")
     admin_token: str | None = None
     admin_token_file: Path | None = None
+    feedback_token: str | None = None
     auto_register: bool = False
     require_keys: bool = False
     open_mode: bool = False
@@ -153,6 +157,13 @@ class ProxyConfig:
         self.pause_mode = choose(PauseMode, self.pause_mode, "pause_mode")
         self.render_mode = choose(RenderMode, self.render_mode, "render_mode")
         self.template_engine = choose(TemplateEngine, self.template_engine, "template_engine")
+        if self.feedback_token is not None and (
+            self.feedback_token.startswith("ofk_") or self.feedback_token == self.admin_token
+        ):
+            raise ConfigError(
+                "the feedback token must be a secret of its own: not a rollout key (ofk_...) "
+                "and not the admin token"
+            )
         if not self.session_idle_timeout >= 0:
             raise ConfigError(
                 "session_idle_timeout must be 0 (sessions end only when finished) or a "

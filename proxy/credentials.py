@@ -64,6 +64,24 @@ def ensure_admin_token(config: ProxyConfig) -> str:
     return token
 
 
+def check_feedback(config: ProxyConfig, given: str | None) -> str:
+    """Who may post a reward: ``"admin"`` (the admin token) or ``"feedback"`` (the feedback
+    token, which can do nothing else); 401 for anyone else."""
+    feedback = config.feedback_token
+    if feedback and given and hmac.compare_digest(given.encode(), feedback.encode()):
+        return "feedback"
+    try:
+        check_admin(config, given)
+    except ProxyError:
+        raise ProxyError(
+            401,
+            "posting a reward needs the proxy's admin token or its feedback token "
+            "(Authorization: Bearer ...); rollout keys only make completions",
+            code="feedback_token_required",
+        ) from None
+    return "admin"
+
+
 def check_admin(config: ProxyConfig, given: str | None) -> None:
     """401 unless ``given`` is the admin token."""
     token = config.admin_token

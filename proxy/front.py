@@ -10,7 +10,9 @@ Served on the proxy's own address (``--port``, ``--uds``), in front of the worke
                                     talks to that worker directly, with no extra hop
     POST /admin/rollouts/{id}/finish|phase, /rollout/{id}/reward
                                     forwarded to the rollout's worker (a phase or reward of a
-                                    rollout no worker has: to worker ``crc32(id) % N``)
+                                    rollout no worker has: to worker ``crc32(id) % N``; of an
+                                    open-mode session's rollout: its session's worker)
+    POST /sessions/{session}/reward forwarded to the session's worker
     GET|POST /admin/policy, POST /admin/pause, /admin/resume
                                     sent to every worker at once; the answer sums them
                                     (``in_flight``, ``auto_resumes``), ``paused`` only when
@@ -90,7 +92,14 @@ class Front:
         key = request_key(request)
         if key is not None and key in self.key_owners:
             return self.workers[self.key_owners[key]]
-        basis = rollout_id or session_identity(request, self.config.session_headers) or key or ""
+        basis = (
+            _session_of(rollout_id)
+            or rollout_id
+            or request.path_params.get("session")
+            or session_identity(request, self.config.session_headers)
+            or key
+            or ""
+        )
         return self.workers[zlib.crc32(basis.encode()) % len(self.workers)]
 
     def assign(self, rollout_id: str, index: int, key: str | None) -> None:
@@ -168,6 +177,17 @@ async def register(front: Front, request: Request) -> Response:
         },
         status_code=201,
     )
+
+
+def _session_of(rollout_id: str | None) -> str | None:
+    """The session identity of an open-mode session's rollout id (``session-ID`` or
+    ``session-ID.MS``, :mod:`proxy.sessions`): its calls went to the worker of that identity.
+    An identity that itself ends in ``.`` and digits is taken for a later rollout's id."""
+    if rollout_id is None or not rollout_id.startswith("session-"):
+        return None
+    identity = rollout_id.removeprefix("session-")
+    head, dot, tail = identity.rpartition(".")
+    return head if dot and tail.isdigit() and head else identity
 
 
 async def to_owner(front: Front, request: Request) -> Response:
@@ -299,6 +319,7 @@ def create_front(config: ProxyConfig, pool_workers: list[Worker]) -> Starlette:
         Route("/admin/rollouts/{rollout_id}/finish", _guard(to_owner), methods=["POST"]),
         Route("/admin/rollouts/{rollout_id}/phase", _guard(to_owner), methods=["POST"]),
         Route("/rollout/{rollout_id}/reward", _guard(to_owner), methods=["POST"]),
+        Route("/sessions/{session}/reward", _guard(to_owner), methods=["POST"]),
         Route("/admin/policy", _guard(fan_out), methods=["GET", "POST"]),
         Route("/admin/pause", _guard(fan_out), methods=["POST"]),
         Route("/admin/resume", _guard(fan_out), methods=["POST"]),

@@ -124,6 +124,7 @@ class RolloutRegistry:
         self._by_id: dict[str, Rollout] = {}
         self._by_key: dict[str, Rollout] = {}
         self._by_session: dict[str, Rollout] = {}  # open mode: identity -> its live rollout
+        self._session_last: OrderedDict[str, str] = OrderedDict()  # identity -> its last ended
         self._finished: OrderedDict[str, FinishedRollout] = OrderedDict()
         self._finished_keys: dict[str, str] = {}  # key -> finished rollout id
 
@@ -152,6 +153,12 @@ class RolloutRegistry:
         """The live rollout of the open-mode session ``identity``."""
         return self._by_session.get(identity)
 
+    def latest_of_session(self, identity: str) -> str | None:
+        """The id of session ``identity``'s live rollout, else of its last ended one while that
+        is remembered (None: neither)."""
+        live = self._by_session.get(identity)
+        return live.rollout_id if live is not None else self._session_last.get(identity)
+
     def finished(self, rollout_id: str) -> FinishedRollout | None:
         """The finished rollout ``rollout_id``, while it is remembered."""
         return self._finished.get(rollout_id)
@@ -179,8 +186,13 @@ class RolloutRegistry:
         self._by_id.pop(rollout.rollout_id, None)
         if rollout.api_key is not None:
             self._by_key.pop(rollout.api_key, None)
-        if rollout.session is not None and self._by_session.get(rollout.session) is rollout:
-            del self._by_session[rollout.session]
+        if rollout.session is not None:
+            if self._by_session.get(rollout.session) is rollout:
+                del self._by_session[rollout.session]
+            self._session_last[rollout.session] = rollout.rollout_id
+            self._session_last.move_to_end(rollout.session)
+            while len(self._session_last) > self.finished_capacity:
+                self._session_last.popitem(last=False)
         done = FinishedRollout(
             rollout.rollout_id,
             phase,

@@ -54,6 +54,14 @@ def proxy(
             help="Where a generated admin token is written, mode 0600.", resolve_path=True
         ),
     ] = None,
+    feedback_token: Annotated[
+        str | None,
+        typer.Option(
+            envvar="OPENFORGE_FEEDBACK_TOKEN",
+            help="A token that can post rewards (feedback, by rollout or session) and nothing "
+            "else (default: none; the admin token posts rewards too).",
+        ),
+    ] = None,
     auto_register: Annotated[
         bool, typer.Option(help="Register unknown path rollout ids on first use.")
     ] = False,
@@ -154,6 +162,7 @@ def proxy(
         spool_dir=spool,
         admin_token=admin_token,
         admin_token_file=admin_token_file,
+        feedback_token=feedback_token,
         auto_register=auto_register,
         require_keys=require_keys,
         open_mode=open_mode,

@@ -23,6 +23,7 @@ from openforge.testing.proxy import (
 from proxy.config import ProxyConfig
 from schemas.enums import RolloutPhase
 from schemas.errors import ConfigError
+from schemas.reward import RewardEvent
 from schemas.rollout import RolloutEvent
 
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
@@ -136,3 +137,53 @@ def test_the_proxy_remembers_a_bounded_number_of_sessions(
 def test_a_negative_idle_time_is_refused() -> None:
     with pytest.raises(ConfigError, match="session_idle_timeout"):
         ProxyConfig(upstream_url="http://x", open_mode=True, session_idle_timeout=-1)
+
+
+def test_feedback_comes_late_by_session_with_a_credential_that_can_do_nothing_else(
+    vllm_server: VLLMServer, tmp_path: Path
+) -> None:
+    """A person's thumbs up posted with the feedback token after the session went idle lands on
+    the session's last rollout; that token cannot register, finish, pause or set the policy,
+    and no token at all cannot post."""
+    config = proxy_config(
+        vllm_server.base_url, tmp_path, open_mode=True, session_idle_timeout=0.5,
+        feedback_token="fb-secret",
+    )  # fmt: skip
+    session = uuid.uuid4().hex[:8]
+    feedback = {"authorization": "Bearer fb-secret"}
+    thumbs = {"reward": 1.0, "components": {"thumbs": 1.0}}
+    with running_proxy(config) as p:
+        assert _call(p, session) == 200
+        _until("the idle session ends", lambda: p.state.rollouts.by_session(session) is None)
+        resp = httpx.post(f"{p.url}/sessions/{session}/reward", json=thumbs, headers=feedback)
+        assert resp.status_code == 201 and resp.json()["rollout_id"] == f"session-{session}"
+        by_id = httpx.post(
+            f"{p.url}/rollout/session-{session}/reward",
+            json={"reward": 0.0, "components": {"ci": 0.0}, "verifier": "ci"},
+            headers=feedback,
+        )
+        assert by_id.status_code == 201
+        assert httpx.post(f"{p.url}/sessions/{session}/reward", json=thumbs).status_code == 401
+        unknown = httpx.post(f"{p.url}/sessions/nobody/reward", json=thumbs, headers=feedback)
+        assert unknown.status_code == 404 and unknown.json()["error"]["code"] == "session_not_found"
+        for path, body in [
+            ("/admin/rollouts", {"rollout_id": "x"}),
+            (f"/admin/rollouts/session-{session}/finish", {}),
+            ("/admin/pause", {}),
+            ("/admin/policy", {"version": 9}),
+        ]:
+            assert httpx.post(f"{p.url}{path}", json=body, headers=feedback).status_code == 401
+        p.flush()
+    rewards = [
+        r for r in read_events(config.log_url, group="fb", want=1) if isinstance(r, RewardEvent)
+    ]
+    assert [(r.rollout_id, r.components, r.verifier) for r in rewards] == [
+        (f"session-{session}", {"thumbs": 1.0}, "feedback"),
+        (f"session-{session}", {"ci": 0.0}, "ci"),
+    ]
+
+
+def test_the_feedback_token_must_be_a_secret_of_its_own() -> None:
+    for token in ("ofk_abc", "same"):
+        with pytest.raises(ConfigError, match="feedback token"):
+            ProxyConfig(upstream_url="http://x", admin_token="same", feedback_token=token)
