@@ -105,6 +105,8 @@ async def handle(state: ProxyState, request: Request, dialect: Dialect) -> Respo
     try:
         rollout = attribute(state, request)
         body = await read_body(state, request)
+        if rollout.session is not None and state.rollouts.get(rollout.rollout_id) is None:
+            rollout = attribute(state, request)  # its session ended while the body came in
         req = dialect.parse(body)
     except ProxyError as exc:
         state.metrics.count_rejected(dialect.name.value, exc.status)

@@ -4,9 +4,11 @@ call waiting or in flight keeps it open, and the proxy's memory of sessions stay
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -187,3 +189,32 @@ def test_the_feedback_token_must_be_a_secret_of_its_own() -> None:
     for token in ("ofk_abc", "same"):
         with pytest.raises(ConfigError, match="feedback token"):
             ProxyConfig(upstream_url="http://x", admin_token="same", feedback_token=token)
+
+
+def test_a_call_whose_body_arrives_after_its_session_ended_records_into_the_next_rollout(
+    vllm_server: VLLMServer, tmp_path: Path
+) -> None:
+    config = proxy_config(vllm_server.base_url, tmp_path, open_mode=True, session_idle_timeout=0.5)
+    session = uuid.uuid4().hex[:8]
+    raw = json.dumps(CHAT).encode()
+
+    def slow_body() -> Iterator[bytes]:
+        yield raw[:10]
+        time.sleep(1.5)  # the session goes idle and ends meanwhile
+        yield raw[10:]
+
+    with running_proxy(config) as p:
+        assert _call(p, session) == 200
+        resp = httpx.post(
+            f"{p.url}/v1/chat/completions",
+            content=slow_body(),
+            headers={"session-id": session, "content-type": "application/json"},
+            timeout=60,
+        )
+        assert resp.status_code == 200
+        nxt = p.state.rollouts.by_session(session)
+        assert nxt is not None and nxt.rollout_id != f"session-{session}"
+        p.flush()
+    events = read_events(config.log_url, group="calls", want=1)
+    assert len(completions_of(events, f"session-{session}")) == 1
+    assert len(completions_of(events, nxt.rollout_id)) == 1
