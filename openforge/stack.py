@@ -18,7 +18,7 @@ import secrets
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from infra.local.process import ServiceProcess, free_port
@@ -27,6 +27,7 @@ from infra.paths import default_tiny_dir
 from infra.proxy_client import ProxyAdmin
 from infra.sandbox import ProxyEndpoint
 from infra.tiny_model import TinyModelSpec, build_tiny_model
+from pipeline.rewards import RewardPolicy
 from schemas.errors import ServiceError
 
 SERVED_MODEL = "tiny"
@@ -271,12 +272,14 @@ class StreamingPipeline:
         run_archive: one archive root for the events read, the episodes and the dead letters.
         lateness_s: seconds a rollout's episode waits for its reward.
         beam_args: Beam pipeline options, e.g. ``("--runner=PrismRunner",)``.
+        rewards: how a rollout's rewards become its training reward (:mod:`pipeline.rewards`).
     """
 
     source: str
     run_archive: Path
     lateness_s: float
     beam_args: tuple[str, ...] = ()
+    rewards: RewardPolicy = field(default_factory=RewardPolicy)
 
     def argv(self) -> list[str]:
         """Its command line: every streaming pipeline a job starts is started with this."""
@@ -284,6 +287,9 @@ class StreamingPipeline:
             sys.executable, "-m", "openforge", "pipeline", "run", "--source", self.source,
             "--run-archive", str(self.run_archive), "--lateness", str(self.lateness_s),
             *[f"--beam-arg={a}" for a in self.beam_args],
+            *[f"--reward-weight={n}={w!r}" for n, w in self.rewards.weights.items()],
+            *[f"--reward-required={n}" for n in self.rewards.required],
+            f"--on-missing-reward={self.rewards.on_missing.value}",
         ]  # fmt: skip
 
 

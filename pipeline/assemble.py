@@ -16,7 +16,14 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 import apache_beam as beam
-from apache_beam.coders import BooleanCoder, BytesCoder, StrUtf8Coder, TupleCoder, VarIntCoder
+from apache_beam.coders import (
+    BooleanCoder,
+    BytesCoder,
+    IterableCoder,
+    StrUtf8Coder,
+    TupleCoder,
+    VarIntCoder,
+)
 from apache_beam.metrics.metric import Metrics
 from apache_beam.transforms.timeutil import TimeDomain
 from apache_beam.transforms.userstate import (
@@ -27,13 +34,16 @@ from apache_beam.transforms.userstate import (
 )
 from apache_beam.utils.timestamp import Duration, Timestamp
 
+from pipeline.rewards import RewardPolicy
 from pipeline.rollout_state import Count, Flags, Outcome, RolloutMachine, Status
 
 NAMESPACE = "openforge.pipeline"
 DEAD_LETTER = "dead_letter"
 
-# The flags cell: (status value, finished, rewarded, began).
-_FLAGS_CODER = TupleCoder([StrUtf8Coder(), BooleanCoder(), BooleanCoder(), BooleanCoder()])
+# The flags cell: (status value, finished, rewarded, began, reward names).
+_FLAGS_CODER = TupleCoder(
+    [StrUtf8Coder(), BooleanCoder(), BooleanCoder(), BooleanCoder(), IterableCoder(StrUtf8Coder())]
+)
 # A frame with its event time (micros) where it shows the rollout began (0 for ``queued``):
 # the latest of those is the rollout's latest event, read only when needed, so that a call's
 # arrival writes no state cell but the bag.
@@ -60,11 +70,13 @@ class _BeamStore:
         value = self._cell.read()
         if value is None:
             return Flags()
-        status, finished, rewarded, began = value
-        return Flags(_STATUS[status], finished, rewarded, began)
+        status, finished, rewarded, began, names = value
+        return Flags(_STATUS[status], finished, rewarded, began, tuple(names))
 
     def write_flags(self, flags: Flags) -> None:
-        self._cell.write((flags.status.value, flags.finished, flags.rewarded, flags.began))
+        self._cell.write(
+            (flags.status.value, flags.finished, flags.rewarded, flags.began, list(flags.names))
+        )
 
     def frames(self) -> Iterable[tuple[int, bytes]]:
         frames: Iterable[tuple[int, bytes]] = self._bag.read()
@@ -90,19 +102,25 @@ class _AssembleFn(beam.DoFn):
     SETTLED = TimerSpec("settled", TimeDomain.WATERMARK)  # finished, rewarded, all delivered
 
     def __init__(
-        self, allowed_lateness_s: float, defer_early_deadlines: bool, emit_at_once: bool
+        self,
+        allowed_lateness_s: float,
+        defer_early_deadlines: bool,
+        emit_at_once: bool,
+        policy: RewardPolicy,
     ) -> None:
         self.lateness_us = Duration.of(allowed_lateness_s).micros
         self.defer_early_deadlines = defer_early_deadlines
         self.emit_at_once = emit_at_once
+        self.policy = policy
         self.counters = {c: Metrics.counter(NAMESPACE, c.value) for c in Count}
         self.episodes = Metrics.counter(NAMESPACE, "episodes_emitted")
         self.dead_letters = Metrics.counter(NAMESPACE, "dead_letters")
 
     def setup(self) -> None:
         self.machine = RolloutMachine(
-            self.lateness_us, self.defer_early_deadlines, self.emit_at_once, self._count, _now_us
-        )
+            self.lateness_us, self.defer_early_deadlines, self.emit_at_once, self._count, _now_us,
+            self.policy,
+        )  # fmt: skip
 
     def _count(self, what: Count, n: int) -> None:
         self.counters[what].inc(n)
@@ -162,6 +180,7 @@ class AssembleEpisodes(beam.PTransform):
     ``emit_at_once`` emits an episode as soon as its rollout is finished and rewarded instead of
     when the watermark has passed its events, which is right only where the log is delivered in
     offset order (a read that is never split). A runner that honours the watermark needs neither.
+    ``policy``: when a rollout has its reward, and what it is (:mod:`pipeline.rewards`).
     """
 
     def __init__(
@@ -169,15 +188,19 @@ class AssembleEpisodes(beam.PTransform):
         allowed_lateness_s: float = 600.0,
         defer_early_deadlines: bool = False,
         emit_at_once: bool = False,
+        policy: RewardPolicy = RewardPolicy(),  # frozen: one shared default is safe
     ) -> None:
         super().__init__()
+        self.policy = policy
         self.allowed_lateness_s = allowed_lateness_s
         self.defer_early_deadlines = defer_early_deadlines
         self.emit_at_once = emit_at_once
 
     def expand(self, frames: Any) -> Any:
         return frames | "AssembleByRollout" >> beam.ParDo(
-            _AssembleFn(self.allowed_lateness_s, self.defer_early_deadlines, self.emit_at_once)
+            _AssembleFn(
+                self.allowed_lateness_s, self.defer_early_deadlines, self.emit_at_once, self.policy
+            )
         ).with_input_types(beam.typehints.Tuple[str, bytes]).with_outputs(
             DEAD_LETTER, main="episodes"
         )

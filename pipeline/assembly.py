@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
+from pipeline.rewards import RewardPolicy
 from schemas.codec import Record
 from schemas.completion import CompletionEvent, PolicySpan
 from schemas.delta import Reconstructor, common_prefix
@@ -117,9 +118,14 @@ def contributing(completions: list[CompletionEvent]) -> list[CompletionEvent]:
 
 
 def assemble(
-    rollout_id: str, records: Iterable[Record], created_us: int, dead_letter: str | None = None
+    rollout_id: str,
+    records: Iterable[Record],
+    created_us: int,
+    dead_letter: str | None = None,
+    policy: RewardPolicy = RewardPolicy(),  # frozen: one shared default is safe
 ) -> Episode:
-    """The episode of one rollout from all its events (any order, duplicates allowed)."""
+    """The episode of one rollout from all its events (any order, duplicates allowed); its
+    reward as ``policy`` makes it of the rollout's reward events (:mod:`pipeline.rewards`)."""
     events = RolloutEvents.of(records)
     rebuild = Reconstructor()
     prompts: dict[str, list[int]] = {}
@@ -153,6 +159,7 @@ def assemble(
 
     first = events.lifecycle[0] if events.lifecycle else None
     reward = events.reward
+    value, components = policy.reward(events.rewards)
     some = events.completions[0] if events.completions else None
     return Episode(
         episode_id=episode_id_for(rollout_id),
@@ -161,14 +168,14 @@ def assemble(
             Sample(i, s.tokens, s.mask, s.logprobs, s.spans, s.parent, s.fork_class, s.events)
             for i, s in enumerate(samples)
         ],
-        reward=reward.reward if reward is not None else None,
+        reward=value,
         created_us=created_us,
         task_id=(first.task_id if first else None)
         or (some.task_id if some else None)
         or (reward.task_id if reward else None),
         group_id=first.group_id if first else None,
         harness=(first.harness if first else None) or (some.harness if some else None),
-        reward_components=dict(reward.components) if reward is not None else {},
+        reward_components=components,
         forks=forks,
         lineage=events.all_ids(),
         dead_letter=dead_letter,
@@ -198,13 +205,17 @@ def missing_events(records: Iterable[Record]) -> list[str]:
 
 
 def assemble_dead_letter(
-    rollout_id: str, records: list[Record], created_us: int, reason: str
+    rollout_id: str,
+    records: list[Record],
+    created_us: int,
+    reason: str,
+    policy: RewardPolicy = RewardPolicy(),
 ) -> Episode:
     """A dead-letter episode that never fails: where the calls cannot be rebuilt (a missing or
     damaged event), it keeps the rollout's other records and says why, with every event id of
     the rollout in its lineage."""
     try:
-        return assemble(rollout_id, records, created_us, dead_letter=reason)
+        return assemble(rollout_id, records, created_us, dead_letter=reason, policy=policy)
     except SchemaError as exc:
         rest = [r for r in records if not isinstance(r, CompletionEvent)]
         episode = assemble(
@@ -212,5 +223,6 @@ def assemble_dead_letter(
             rest,
             created_us,
             dead_letter=f"{reason}; its calls cannot be rebuilt: {exc}",
+            policy=policy,
         )
         return replace(episode, lineage=RolloutEvents.of(records).all_ids())

@@ -36,6 +36,7 @@ from infra.eventlog import DEAD_LETTER_TOPIC, EPISODES_TOPIC, EVENTS_TOPIC, crea
 from infra.paths import prism_binary
 from pipeline.archive import ArchiveEvents
 from pipeline.assemble import DEAD_LETTER, NAMESPACE, AssembleEpisodes
+from pipeline.rewards import RewardPolicy
 from pipeline.sinks import WriteEpisodes
 from pipeline.sources import RECORDS_PER_CALL, ReadArchive, ReadEventLog
 from schemas.errors import ConfigError
@@ -237,9 +238,11 @@ def _run(job: str, pipeline: beam.Pipeline, opts: PipelineOptions) -> RunReport:
     return report
 
 
-def _assemble_and_write(events: Any, out: Outputs, lateness_s: float, q: RunnerQuirks) -> None:
+def _assemble_and_write(
+    events: Any, out: Outputs, lateness_s: float, q: RunnerQuirks, policy: RewardPolicy
+) -> None:
     assembled = events | "AssembleEpisodes" >> AssembleEpisodes(
-        lateness_s, defer_early_deadlines=q.defer_early_deadlines, emit_at_once=q.emit_at_once
+        lateness_s, q.defer_early_deadlines, q.emit_at_once, policy
     )
     assembled.episodes | "WriteEpisodes" >> WriteEpisodes(
         out.log_url, out.sub("episodes"), EPISODES_TOPIC
@@ -256,9 +259,11 @@ def run_streaming(
     allowed_lateness_s: float = 600.0,
     stop_when_idle_s: float | None = None,
     records_per_call: int | None = None,
+    policy: RewardPolicy = RewardPolicy(),  # frozen: one shared default is safe
 ) -> RunReport:
     """Assemble episodes from the event log as events arrive (``records_per_call`` overrides
-    the runner's read size, for tests that force many checkpoints and splits); with
+    the runner's read size, for tests that force many checkpoints and splits; ``policy``: the
+    rewards' combination, :mod:`pipeline.rewards`); with
     ``out.run_archive``, the events read are archived there too (:mod:`pipeline.archive`).
     On Kafka its topics are created first: a job started before the first event waits for it."""
     create_topics(source_url, [EVENTS_TOPIC])
@@ -272,16 +277,20 @@ def run_streaming(
     )
     if out.run_archive:
         events | "ArchiveEvents" >> ArchiveEvents(out.run_archive)
-    _assemble_and_write(events, out, allowed_lateness_s, q)
+    _assemble_and_write(events, out, allowed_lateness_s, q, policy)
     return _run("run (streaming)", p, opts)
 
 
 def run_replay(
-    archive: str, out: Outputs, beam_args: Sequence[str] = (), allowed_lateness_s: float = 600.0
+    archive: str,
+    out: Outputs,
+    beam_args: Sequence[str] = (),
+    allowed_lateness_s: float = 600.0,
+    policy: RewardPolicy = RewardPolicy(),
 ) -> RunReport:
     """Rebuild every episode from a Parquet archive of events (batch)."""
     opts = options(beam_args, streaming=False)
     p = beam.Pipeline(options=opts)
     events = p | "ReadArchive" >> ReadArchive(archive)
-    _assemble_and_write(events, out, allowed_lateness_s, quirks(opts))
+    _assemble_and_write(events, out, allowed_lateness_s, quirks(opts), policy)
     return _run("replay (batch)", p, opts)

@@ -41,6 +41,7 @@ from enum import Enum
 from typing import Any, NamedTuple, Protocol
 
 from pipeline.assembly import assemble, assemble_dead_letter, missing_events
+from pipeline.rewards import MissingRewards, RewardPolicy, named_values
 from schemas.codec import Record, decode_message, peek_rows, peek_type
 from schemas.completion import CompletionEvent
 from schemas.enums import TERMINAL_PHASES, RolloutPhase
@@ -81,8 +82,9 @@ class Flags(NamedTuple):
 
     status: Status = Status.OPEN
     finished: bool = False  # a terminal lifecycle event arrived
-    rewarded: bool = False  # a reward arrived
+    rewarded: bool = False  # its reward is complete (pipeline.rewards: RewardPolicy.complete)
     began: bool = False  # an event of it other than ``queued`` arrived: its deadline is set
+    names: tuple[str, ...] = ()  # the reward values' names that arrived (sorted)
 
     def to(self, status: Status) -> Flags:
         if status not in _TRANSITIONS[self.status]:
@@ -164,6 +166,10 @@ class Arrival(NamedTuple):
     def reward(self) -> bool:
         return self.kind is RewardEvent and self.rows > 0
 
+    def reward_names(self) -> set[str]:
+        """The names of the values its reward events bring (:func:`named_values`)."""
+        return {n for r in self.records if isinstance(r, RewardEvent) for n in named_values(r)}
+
     @property
     def began(self) -> bool:
         """Whether it shows the rollout began: any record but a lifecycle ``queued``."""
@@ -208,6 +214,7 @@ class RolloutMachine:
             right only where the log is delivered in offset order.
         count: adds to a counter.
         now_us: the wall clock, for episodes' build times and early deadlines.
+        policy: when a rollout has its reward, and what it is (:mod:`pipeline.rewards`).
     """
 
     def __init__(
@@ -217,12 +224,14 @@ class RolloutMachine:
         emit_at_once: bool,
         count: Callable[[Count, int], None],
         now_us: Callable[[], int],
+        policy: RewardPolicy = RewardPolicy(),  # frozen: one shared default is safe
     ) -> None:
         self.lateness_us = lateness_us
         self.defer_early_deadlines = defer_early_deadlines
         self.emit_at_once = emit_at_once
         self.count = count
         self.now_us = now_us
+        self.policy = policy
 
     def on_frame(
         self, store: RolloutStore, rollout_id: str, frame: bytes, at_us: int
@@ -252,10 +261,14 @@ class RolloutMachine:
             return [self._infra_failed(store, rollout_id, flags, failure)]
         if began and (not flags.began or before.status is Status.CLOSED):
             store.set_deadline(max(latest, at_us) + self.lateness_us)
+        names = flags.names  # kept only where some are required (no extra state writes else)
+        if arrival.reward and self.policy.required:
+            names = tuple(sorted(set(names) | arrival.reward_names()))
         flags = flags._replace(
             finished=flags.finished or arrival.finished,
-            rewarded=flags.rewarded or arrival.reward,
+            rewarded=flags.rewarded or self.policy.complete(names, arrival.reward),
             began=flags.began or began,
+            names=names,
         )
         out, flags = self._ready(store, rollout_id, flags, at_us)
         if flags != before:
@@ -326,7 +339,8 @@ class RolloutMachine:
         never have reported its end); dead-letter any other."""
         records, damage = self._decode(store)
         missing = missing_events(records)
-        if damage or (flags.rewarded and not missing):
+        partial = self.policy.on_missing is MissingRewards.TRAIN and bool(flags.names)  # some
+        if damage or ((flags.rewarded or partial) and not missing):
             out = (
                 self._dead_letter(rollout_id, records, damage)
                 if damage
@@ -338,9 +352,12 @@ class RolloutMachine:
         if missing:
             reason = f"calls it extends never arrived: {', '.join(missing)}"
         else:
-            reason = "no reward by the deadline" + (
-                "" if flags.finished else "; the rollout never reported its end"
-            )
+            lacking = [n for n in self.policy.required if n not in flags.names]
+            reason = (
+                f"required rewards missing by the deadline: {', '.join(lacking)}"
+                if flags.names and lacking
+                else "no reward by the deadline"
+            ) + ("" if flags.finished else "; the rollout never reported its end")
         store.write_flags(flags.to(Status.CLOSED))  # frames kept: in-time ones reopen it
         return self._dead_letter(rollout_id, records, reason)
 
@@ -376,9 +393,11 @@ class RolloutMachine:
     def _emit(self, rollout_id: str, records: list[Record]) -> Outcome:
         """The rollout's episode, or its dead letter if its records cannot be assembled."""
         try:
-            return Outcome(assemble(rollout_id, records, created_us=self.now_us()), dead=False)
+            episode = assemble(rollout_id, records, created_us=self.now_us(), policy=self.policy)
+            return Outcome(episode, dead=False)
         except SchemaError as exc:  # a damaged event: dead-letter the rollout, go on
             return self._dead_letter(rollout_id, records, f"cannot be assembled: {exc}")
 
     def _dead_letter(self, rollout_id: str, records: list[Record], reason: str) -> Outcome:
-        return Outcome(assemble_dead_letter(rollout_id, records, self.now_us(), reason), dead=True)
+        episode = assemble_dead_letter(rollout_id, records, self.now_us(), reason, self.policy)
+        return Outcome(episode, dead=True)

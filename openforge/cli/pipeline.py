@@ -55,17 +55,39 @@ def run(
     stop_when_idle: Annotated[
         float | None, typer.Option(help="Stop after this many idle seconds.")
     ] = None,
+    reward_weight: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="NAME=WEIGHT: the training reward is the weighted sum of the rollout's named "
+            "reward values (components, and each source's scalar under its verifier name); "
+            "repeat per name. Default: the newest reward event's scalar."
+        ),
+    ] = None,
+    reward_required: Annotated[
+        list[str] | None,
+        typer.Option(help="A reward name an episode waits for (repeat per name)."),
+    ] = None,
+    on_missing_reward: Annotated[
+        str,
+        typer.Option(
+            help="At the deadline, a rollout missing a required reward is dead-lettered "
+            "(dead_letter) or trained with what it has (train)."
+        ),
+    ] = "dead_letter",
     beam_arg: Annotated[list[str] | None, BEAM_ARGS] = None,
 ) -> None:
     """Streaming: read events, assemble episodes, write them to the episodes topic."""
     from pipeline.jobs import Outputs, run_streaming
+    from pipeline.rewards import RewardPolicy
 
+    policy = RewardPolicy.of_options(reward_weight or [], reward_required or [], on_missing_reward)
     report = run_streaming(
         source,
         Outputs(to or source, archive, run_archive),
         beam_arg or [],
         lateness,
         stop_when_idle,
+        policy=policy,
     )
     typer.echo(report.line())
 

@@ -27,6 +27,7 @@ from infra.images import DEFAULT_FALLBACKS
 from orchestrator.backend import RolloutBackendName
 from orchestrator.environments import SandboxMode
 from orchestrator.kube_pod import check_cpu_request
+from pipeline.rewards import MissingRewards, RewardPolicy
 from schemas.errors import ConfigError
 from schemas.registry import choose
 from trainer.algorithm_names import AdvantageEstimator, PolicyLoss
@@ -151,6 +152,19 @@ class PipelineSection:
     beam_args: list[str] = _f(
         [], "Beam pipeline options (default runner FnApiRunner), e.g. ['--runner=PrismRunner']"
     )
+    reward_weights: list[str] = _f(
+        [], "NAME=WEIGHT: the reward is the weighted sum of named reward values ([]: the newest)"
+    )
+    reward_required: list[str] = _f([], "reward names an episode waits for")
+    on_missing_reward: MissingRewards = _f(
+        MissingRewards.DEAD_LETTER, "at the deadline, missing required rewards: dead_letter, train"
+    )
+
+    def reward_policy(self) -> RewardPolicy:
+        """The rewards' combination (:mod:`pipeline.rewards`); ConfigError if malformed."""
+        return RewardPolicy.of_options(
+            self.reward_weights, self.reward_required, self.on_missing_reward.value
+        )
 
 
 @dataclass
@@ -201,6 +215,7 @@ class TrainConfig:
 
     def check(self) -> None:
         """Ranges that types cannot say."""
+        self.pipeline.reward_policy()
         if self.warm_start.steps < 0 or self.warm_start.noisy_steps < 0:
             raise ConfigError("warm_start.steps and warm_start.noisy_steps must be >= 0")
         positive = {

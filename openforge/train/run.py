@@ -99,8 +99,9 @@ def stack_spec(cfg: TrainConfig, root: Path, launch: Launch, host: str = "127.0.
 def pipeline_job(cfg: TrainConfig, root: Path, log_url: str) -> StreamingPipeline:
     """The run's streaming pipeline: episodes to the run's log, everything to its archive."""
     return StreamingPipeline(
-        log_url, root / "archive", cfg.pipeline.lateness_s, tuple(cfg.pipeline.beam_args)
-    )
+        log_url, root / "archive", cfg.pipeline.lateness_s, tuple(cfg.pipeline.beam_args),
+        cfg.pipeline.reward_policy(),
+    )  # fmt: skip
 
 
 def pacing(cfg: TrainConfig, per_step: int) -> Pacing:

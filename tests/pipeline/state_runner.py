@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
+from pipeline.rewards import RewardPolicy
 from pipeline.rollout_state import Count, Flags, Outcome, RolloutMachine
 from schemas.codec import Record, encode_message
 
@@ -66,6 +67,7 @@ class Runner:
     log: list[tuple[str, Record | None, int]] = field(default_factory=list)  # delivered, at
     out: list[tuple[int, Outcome]] = field(default_factory=list)  # (deliveries before it, it)
     deadline_sets_on_arrival: Counter[str] = field(default_factory=Counter)
+    policy: RewardPolicy = field(default_factory=RewardPolicy)
 
     def __post_init__(self) -> None:
         self.machine = RolloutMachine(
@@ -74,6 +76,7 @@ class Runner:
             self.emit_at_once,
             lambda what, n: self.counts.update({what: n}),
             lambda: self.clock,
+            self.policy,
         )
 
     def deliver(

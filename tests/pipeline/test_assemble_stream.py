@@ -239,3 +239,34 @@ def test_a_rollout_queued_longer_than_the_lateness_still_gets_its_episode() -> N
             label="episodes",
         )
         assert_that(out[DEAD_LETTER] | "dead" >> beam.Map(_summary), equal_to([]), label="dead")
+
+
+def test_required_rewards_from_two_sources_are_awaited_and_combined_in_beam_state() -> None:
+    """The verifier's score comes with the rollout's end, a person's thumbs up much later (in
+    time): the episode waits for both (the reward names live in the flags cell) and its reward
+    is their weighted sum; a second rollout whose thumbs never come is dead-lettered."""
+    from pipeline.rewards import RewardPolicy
+
+    policy = RewardPolicy({"tests": 1.0, "thumbs": 0.5}, required=("tests", "thumbs"))
+    done, waiting = make_rollout(11, "done", calls=2), make_rollout(12, "waiting", calls=2)
+    thumbs = RewardEvent("thumbs", "done", 1.0, 0, components={"thumbs": 1.0}, verifier="fb")
+    stream = (
+        ScriptedStream()
+        .advance_watermark_to(0)
+        .add_elements(_frames(done.records, 1) + _frames(waiting.records, 1))
+        .advance_watermark_to(50)  # both finished and scored: neither may go out yet
+        .add_elements(_frames([thumbs], 60))
+        .advance_watermark_to(1000)
+    )
+    with _pipeline() as p:
+        out = p | stream | AssembleEpisodes(allowed_lateness_s=LATENESS, policy=policy)
+        assert_that(
+            out.episodes | "main" >> beam.Map(lambda e: (e.rollout_id, e.reward)),
+            equal_to([("done", done.reward + 0.5)]),
+            label="episodes",
+        )
+        assert_that(
+            out[DEAD_LETTER] | "dead" >> beam.Map(lambda e: (e.rollout_id, e.dead_letter)),
+            equal_to([("waiting", "required rewards missing by the deadline: thumbs")]),
+            label="dead letters",
+        )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import subprocess
 import tomllib
 from pathlib import Path
 
@@ -57,6 +58,8 @@ def test_every_field_has_a_default_and_a_description() -> None:
             "kubernetes.cpu_request = 0",
         ),
         ({"pipeline": {"beam_args": "--runner=X"}}, "pipeline.beam_args must be a list"),
+        ({"pipeline": {"reward_weights": ["tests"]}}, "write NAME=WEIGHT"),
+        ({"pipeline": {"on_missing_reward": "drop"}}, "unknown pipeline.on_missing_reward"),
         ({"trainer": 3}, "[trainer] must be a table"),
         ({"proxy": {"workers": 0}}, "proxy.workers must be from 1 to 64, not 0"),
         ({"proxy": {"workers": 65}}, "proxy.workers must be from 1 to 64, not 65"),
@@ -155,3 +158,21 @@ def test_paths_are_absolute_against_the_file_or_the_working_directory(
     assert cfg.event_log.url == "kafka://127.0.0.1:9092"
     assert cfg.tasks.dataset == str(work / "examples" / "echo-words")  # the default
     assert cfg.run.output_dir == str(work / "runs" / "cpu-demo")
+
+
+def test_the_reward_policy_reaches_the_pipelines_command_line(tmp_path: Path) -> None:
+    """What [pipeline] says of rewards is what `openforge pipeline run` is started with, and
+    that command takes it (a malformed weight is refused there too, before any job starts)."""
+    from openforge.stack import StreamingPipeline
+
+    cfg = build_config(
+        {"pipeline": {"reward_weights": ["tests=1", "thumbs=0.5"], "reward_required": ["tests"],
+                      "on_missing_reward": "train"}}
+    )  # fmt: skip
+    job = StreamingPipeline("local:x", tmp_path, 5.0, (), cfg.pipeline.reward_policy())
+    argv = job.argv()
+    assert argv[argv.index("pipeline") :].count("--reward-required=tests") == 1
+    assert "--reward-weight=thumbs=0.5" in argv and "--on-missing-reward=train" in argv
+    bad = [*argv[:-1], "--reward-weight=thumbs", "--stop-when-idle=1"]
+    done = subprocess.run(bad, capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0 and "NAME=WEIGHT" in done.stdout + done.stderr
