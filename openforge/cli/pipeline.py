@@ -22,6 +22,27 @@ BEAM_ARGS = typer.Option(
 )
 
 
+REWARD_WEIGHTS = Annotated[
+    list[str] | None,
+    typer.Option(
+        help="NAME=WEIGHT: the training reward is the weighted sum of the rollout's named "
+        "reward values (components, and each source's scalar under its verifier name); "
+        "repeat per name. Default: the newest reward event's scalar."
+    ),
+]
+REWARD_REQUIRED = Annotated[
+    list[str] | None,
+    typer.Option(help="A reward name an episode waits for (repeat per name)."),
+]
+ON_MISSING_REWARD = Annotated[
+    str,
+    typer.Option(
+        help="At the deadline, a rollout missing a required reward is dead-lettered "
+        "(dead_letter) or trained with what it has (train)."
+    ),
+]
+
+
 @app.command("run")
 def run(
     source: Annotated[
@@ -55,25 +76,9 @@ def run(
     stop_when_idle: Annotated[
         float | None, typer.Option(help="Stop after this many idle seconds.")
     ] = None,
-    reward_weight: Annotated[
-        list[str] | None,
-        typer.Option(
-            help="NAME=WEIGHT: the training reward is the weighted sum of the rollout's named "
-            "reward values (components, and each source's scalar under its verifier name); "
-            "repeat per name. Default: the newest reward event's scalar."
-        ),
-    ] = None,
-    reward_required: Annotated[
-        list[str] | None,
-        typer.Option(help="A reward name an episode waits for (repeat per name)."),
-    ] = None,
-    on_missing_reward: Annotated[
-        str,
-        typer.Option(
-            help="At the deadline, a rollout missing a required reward is dead-lettered "
-            "(dead_letter) or trained with what it has (train)."
-        ),
-    ] = "dead_letter",
+    reward_weight: REWARD_WEIGHTS = None,
+    reward_required: REWARD_REQUIRED = None,
+    on_missing_reward: ON_MISSING_REWARD = "dead_letter",
     beam_arg: Annotated[list[str] | None, BEAM_ARGS] = None,
 ) -> None:
     """Streaming: read events, assemble episodes, write them to the episodes topic."""
@@ -107,9 +112,14 @@ def replay(
     lateness: Annotated[
         float, typer.Option(help="Seconds a rollout waits for its reward.")
     ] = 600.0,
+    reward_weight: REWARD_WEIGHTS = None,
+    reward_required: REWARD_REQUIRED = None,
+    on_missing_reward: ON_MISSING_REWARD = "dead_letter",
     beam_arg: Annotated[list[str] | None, BEAM_ARGS] = None,
 ) -> None:
     """Batch: rebuild every episode from an archive of events."""
     from pipeline.jobs import Outputs, run_replay
+    from pipeline.rewards import RewardPolicy
 
-    typer.echo(run_replay(from_, Outputs(log, to), beam_arg or [], lateness).line())
+    policy = RewardPolicy.of_options(reward_weight or [], reward_required or [], on_missing_reward)
+    typer.echo(run_replay(from_, Outputs(log, to), beam_arg or [], lateness, policy).line())
