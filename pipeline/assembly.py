@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
-from pipeline.rewards import RewardPolicy
+from pipeline.rewards import RewardPolicy, rule_values
 from schemas.codec import Record
 from schemas.completion import CompletionEvent, PolicySpan
 from schemas.delta import Reconstructor, common_prefix
@@ -159,7 +159,9 @@ def assemble(
 
     first = events.lifecycle[0] if events.lifecycle else None
     reward = events.reward
-    value, components = policy.reward(events.rewards)
+    value, components = policy.reward(
+        events.rewards, rule_values(events.completions, events.lifecycle)
+    )
     some = events.completions[0] if events.completions else None
     return Episode(
         episode_id=episode_id_for(rollout_id),

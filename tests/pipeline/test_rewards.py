@@ -12,6 +12,8 @@ from hypothesis import strategies as st
 from openforge.testing.rollouts import make_rollout
 from pipeline.assembly import reward_order
 from pipeline.rewards import MissingRewards, RewardPolicy, named_values
+from schemas.completion import CompletionEvent
+from schemas.enums import CompletionStatus
 from schemas.errors import ConfigError
 from schemas.reward import RewardEvent
 from tests.pipeline.state_runner import LATENESS, START, Runner
@@ -115,3 +117,25 @@ def test_options_are_checked_when_the_policy_is_built() -> None:
             RewardPolicy.of_options(bad, [], "dead_letter")
     with pytest.raises(ConfigError, match="on_missing"):
         RewardPolicy.of_options([], [], "drop")
+
+
+def test_rules_over_the_rollouts_own_records_weigh_in_where_the_policy_names_them() -> None:
+    """``rule:exit_ok`` from the agent's end and ``rule:call_errors`` from its calls' statuses
+    join the training reward when weighted, and never hold an episode back when required."""
+    from pipeline.assembly import assemble
+
+    rollout = make_rollout(5, "r", calls=3)  # finished with exit code 0; some calls may fail
+    policy = RewardPolicy(
+        {"tests": 1.0, "rule:exit_ok": 0.25, "rule:call_errors": -1.0},
+        required=("tests", "rule:exit_ok"),
+    )
+    episode = assemble("r", rollout.records, created_us=0, policy=policy)
+    calls = [r for r in rollout.records if isinstance(r, CompletionEvent) and not r.side_call]
+    unique = {c.event_id: c for c in calls}.values()
+    errors = sum(c.status is not CompletionStatus.OK for c in unique) / len(unique)
+    assert episode.reward_components["rule:exit_ok"] == 1.0
+    assert episode.reward_components["rule:call_errors"] == pytest.approx(errors)
+    assert episode.reward == pytest.approx(rollout.reward + 0.25 - errors)
+    assert policy.complete({"tests", "reward"}, any_reward=True)  # rule names not awaited
+    plain = assemble("r", rollout.records, created_us=0)
+    assert "rule:exit_ok" not in plain.reward_components  # not named: not recorded
