@@ -42,7 +42,13 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from infra.eventlog import EventLogWriter, message_limit, open_writer
+from infra.eventlog import (
+    EVENTS_TOPIC,
+    EventLogWriter,
+    create_topics,
+    message_limit,
+    open_writer,
+)
 from proxy import admin, calls, model_info
 from proxy.config import ProxyConfig
 from proxy.credentials import ensure_admin_token
@@ -133,6 +139,14 @@ async def _bug(request: Request, exc: Exception) -> Response:
     return error_response(error, dialect_for(request.url.path, request.headers))
 
 
+def _open_log(config: ProxyConfig) -> EventLogWriter:
+    """The event log's writer, its topic made first (on Kafka, with the URL's partitions; an
+    existing topic is left as it is). Called by the publisher's thread, which spools while
+    this raises."""
+    create_topics(config.log_url, [EVENTS_TOPIC])
+    return open_writer(config.log_url, fsync=config.log_fsync)
+
+
 def create_app(
     config: ProxyConfig, open_log: Callable[[], EventLogWriter] | None = None
 ) -> Starlette:
@@ -152,7 +166,7 @@ def create_app(
             config.upstream_url, model, timeout=config.upstream_timeout, decode=renderer.decode_text
         )
         publisher = Publisher(
-            open_log or (lambda: open_writer(config.log_url, fsync=config.log_fsync)),
+            open_log or (lambda: _open_log(config)),
             config.spool_dir,
             high_water=config.publish_high_water,
             on_publish=metrics.on_publish,

@@ -44,7 +44,7 @@ def create_topics(url: str, topics: Sequence[str]) -> None:
     if parsed.kind is LogKind.KAFKA:
         from infra.eventlog.kafka import ensure_topics
 
-        ensure_topics(parsed.where, list(topics))
+        ensure_topics(parsed.where, list(topics), partitions=parsed.partitions)
 
 
 def message_limit(url: str) -> int | None:

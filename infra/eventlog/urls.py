@@ -1,7 +1,10 @@
 """Where records live, as a URL: an event log or a Parquet archive.
 
 ========================================  ==============================================
-``kafka://HOST:PORT[,HOST:PORT...]``      an Apache Kafka cluster (its bootstrap servers)
+``kafka://HOST:PORT[,...][?partitions=N]`` an Apache Kafka cluster (its bootstrap servers);
+                                          ``partitions``: of the topics OpenForge creates
+                                          (default 1; records are keyed by rollout, so a
+                                          rollout's records stay in order in one partition)
 ``local:DIR`` (or ``local://DIR``)        the embedded local log rooted at DIR
 ``archive:DIR`` (or ``archive://DIR``)    a Parquet archive (read back with ``schemas.archive``)
 ========================================  ==============================================
@@ -16,7 +19,8 @@ from pathlib import Path
 
 from schemas.errors import ConfigError
 
-_USAGE = "use kafka://HOST:PORT[,HOST:PORT...], local:DIR or archive:DIR"
+_USAGE = "use kafka://HOST:PORT[,HOST:PORT...][?partitions=N], local:DIR or archive:DIR"
+MAX_PARTITIONS = 1024
 
 
 class LogKind(StrEnum):
@@ -31,6 +35,7 @@ class LogUrl:
 
     kind: LogKind
     where: str
+    partitions: int = 1  # Kafka: of the topics OpenForge creates
 
     @property
     def servers(self) -> list[str]:
@@ -46,7 +51,8 @@ class LogUrl:
 
     def __str__(self) -> str:
         if self.kind is LogKind.KAFKA:
-            return f"kafka://{self.where}"
+            query = f"?partitions={self.partitions}" if self.partitions != 1 else ""
+            return f"kafka://{self.where}{query}"
         # A directory that itself starts with // needs the explicit form to survive parsing.
         return (
             f"{self.kind}://{self.where}"
@@ -66,13 +72,27 @@ def _server(text: str, url: str) -> str:
     return f"{host}:{port}" if colon else host
 
 
+def _partitions(query: str, url: str) -> int:
+    """``partitions=N`` (the only option a Kafka URL takes), 1 without it."""
+    if not query:
+        return 1
+    name, eq, value = query.partition("=")
+    if name != "partitions" or not eq or not (value.isdecimal() and value.isascii()):
+        raise ConfigError(f"bad option {query!r} in {url!r}: the only one is ?partitions=N")
+    if not 1 <= int(value) <= MAX_PARTITIONS:
+        raise ConfigError(f"partitions in {url!r} must be from 1 to {MAX_PARTITIONS}")
+    return int(value)
+
+
 def parse_url(url: str) -> LogUrl:
     """``kafka://a:9092,b:9092`` -> (KAFKA, "a:9092,b:9092"); ``local:DIR`` -> (LOCAL, DIR);
     ``archive:DIR`` -> (ARCHIVE, DIR). Raises :class:`ConfigError` for anything else."""
     if url.startswith("kafka://"):
-        servers = url.removeprefix("kafka://").rstrip("/")
+        servers, _, query = url.removeprefix("kafka://").partition("?")
+        servers = servers.rstrip("/")
         if servers:
-            return LogUrl(LogKind.KAFKA, ",".join(_server(s, url) for s in servers.split(",")))
+            where = ",".join(_server(s, url) for s in servers.split(","))
+            return LogUrl(LogKind.KAFKA, where, _partitions(query, url))
     for kind in (LogKind.LOCAL, LogKind.ARCHIVE):
         if url.startswith(f"{kind}:"):
             path = url.removeprefix(f"{kind}:")

@@ -43,10 +43,11 @@ def test_known_urls(url: str, kind: LogKind, where: str) -> None:
     "url",
     ["", "kafka://", "kafka:///", "kafka://a:1,,b:2", "kafka://a:0", "kafka://a:99999",
      "kafka://a:x", "kafka://:9092", "kafka://u@h:1", "local:", "local://", "archive:",
-     "file:/tmp/x", "Kafka://a:1", "/tmp/log", "local:a\0b"],
+     "file:/tmp/x", "Kafka://a:1", "/tmp/log", "local:a\0b", "kafka://a:1?partitions=0",
+     "kafka://a:1?partitions=x", "kafka://a:1?parts=2", "kafka://a:1?partitions=99999"],
 )  # fmt: skip
 def test_bad_urls_say_what_to_use(url: str) -> None:
-    with pytest.raises(ConfigError, match=r"kafka://HOST:PORT|port|Kafka server"):
+    with pytest.raises(ConfigError, match=r"kafka://HOST:PORT|port|Kafka server|partitions"):
         parse_url(url)
 
 
@@ -65,10 +66,11 @@ def test_an_archive_is_not_an_event_log(tmp_path: Path) -> None:
         open_reader(f"archive:{tmp_path}", ["t"], group="g")
 
 
-@given(servers)
-def test_kafka_urls_round_trip(given_servers: list[str]) -> None:
-    parsed = parse_url("kafka://" + ",".join(given_servers))
-    assert parsed == LogUrl(LogKind.KAFKA, ",".join(given_servers))
+@given(servers, st.one_of(st.none(), st.integers(1, 1024)))
+def test_kafka_urls_round_trip(given_servers: list[str], partitions: int | None) -> None:
+    query = "" if partitions is None else f"?partitions={partitions}"
+    parsed = parse_url("kafka://" + ",".join(given_servers) + query)
+    assert parsed == LogUrl(LogKind.KAFKA, ",".join(given_servers), partitions or 1)
     assert parsed.servers == given_servers
     assert parse_url(str(parsed)) == parsed
 
