@@ -68,7 +68,10 @@ def check_feedback(config: ProxyConfig, given: str | None) -> str:
     """Who may post a reward: ``"admin"`` (the admin token) or ``"feedback"`` (the feedback
     token, which can do nothing else); 401 for anyone else."""
     feedback = config.feedback_token
-    if feedback and given and hmac.compare_digest(given.encode(), feedback.encode()):
+    if not feedback:
+        check_admin(config, given)
+        return "admin"
+    if given and hmac.compare_digest(given.encode(), feedback.encode()):
         return "feedback"
     try:
         check_admin(config, given)
