@@ -37,10 +37,10 @@ MAX_SWEEP_INTERVAL = 60.0  # seconds between sweeps, at most
 def session_rollout(state: ProxyState, identity: str) -> Rollout:
     """The live rollout of session ``identity``; its next one (registered, its start recorded)
     when it has none."""
-    live = state.rollouts.by_session(identity)
+    first = f"session-{identity}"
+    live = state.rollouts.by_session(identity) or state.rollouts.get(first)  # or registered
     if live is not None:
         return live
-    first = f"session-{identity}"
     rollout_id = first
     if state.rollouts.finished(first) is not None:
         rollout_id = f"{first}.{time.time_ns() // 1_000_000}"
