@@ -127,42 +127,11 @@ def assemble(
     """The episode of one rollout from all its events (any order, duplicates allowed); its
     reward as ``policy`` makes it of the rollout's reward events (:mod:`pipeline.rewards`)."""
     events = RolloutEvents.of(records)
-    rebuild = Reconstructor()
-    prompts: dict[str, list[int]] = {}
-    for event in events.completions:  # every event, in call order: deltas refer backwards
-        prompts[event.event_id] = rebuild.prompt(event)
-
-    samples: list[_Building] = []
-    forks: list[Fork] = []
-    for event in contributing(events.completions):
-        prompt = prompts[event.event_id]
-        target, best = None, -1
-        for i, sample in enumerate(samples):
-            n = len(sample.tokens)
-            if n > best and prompt[:n] == sample.tokens:
-                target, best = i, n
-        if target is None:
-            parent, shared = None, 0
-            for i, sample in enumerate(samples):  # longest shared prefix; ties: the latest
-                k = common_prefix(prompt, sample.tokens)
-                if k and k >= shared:
-                    parent, shared = i, k
-            mismatch = event.continuity
-            if parent is not None and mismatch in (ContinuityClass.FIRST, ContinuityClass.EXACT):
-                mismatch = ContinuityClass.REWRITTEN  # the prefix diverged without a stated cause
-            if parent is None and samples and mismatch is ContinuityClass.FIRST:
-                mismatch = ContinuityClass.UNRELATED
-            samples.append(_Building(parent=parent, fork_class=mismatch))
-            target = len(samples) - 1
-            forks.append(Fork(target, parent, event.call_index, mismatch, shared))
-        samples[target].extend(prompt, event)
-
-    first = events.lifecycle[0] if events.lifecycle else None
-    reward = events.reward
+    samples, forks = _build_samples(events.completions)
     value, components = policy.reward(
         events.rewards, rule_values(events.completions, events.lifecycle)
     )
-    some = events.completions[0] if events.completions else None
+    task_id, group_id, harness = _identity(events)
     return Episode(
         episode_id=episode_id_for(rollout_id),
         rollout_id=rollout_id,
@@ -172,16 +141,77 @@ def assemble(
         ],
         reward=value,
         created_us=created_us,
-        task_id=(first.task_id if first else None)
-        or (some.task_id if some else None)
-        or (reward.task_id if reward else None),
-        group_id=first.group_id if first else None,
-        harness=(first.harness if first else None) or (some.harness if some else None),
+        task_id=task_id,
+        group_id=group_id,
+        harness=harness,
         reward_components=components,
         forks=forks,
         lineage=events.all_ids(),
         dead_letter=dead_letter,
     )
+
+
+def _build_samples(completions: list[CompletionEvent]) -> tuple[list[_Building], list[Fork]]:
+    """The samples of a rollout's calls: each contributing call extends the sample whose tokens
+    its prompt continues (the longest), or starts a new one forked where it shares the longest
+    prefix with an earlier one, classed by its stated continuity."""
+    rebuild = Reconstructor()
+    prompts: dict[str, list[int]] = {}
+    for event in completions:  # every event, in call order: deltas refer backwards
+        prompts[event.event_id] = rebuild.prompt(event)
+    samples: list[_Building] = []
+    forks: list[Fork] = []
+    for event in contributing(completions):
+        prompt = prompts[event.event_id]
+        target = _continued(samples, prompt)
+        if target is None:
+            fork = _fork(samples, prompt, event)
+            samples.append(_Building(parent=fork.parent_index, fork_class=fork.mismatch))
+            target = len(samples) - 1
+            forks.append(fork)
+        samples[target].extend(prompt, event)
+    return samples, forks
+
+
+def _continued(samples: list[_Building], prompt: list[int]) -> int | None:
+    """The sample whose whole token list ``prompt`` starts with (the longest), if any."""
+    target, best = None, -1
+    for i, sample in enumerate(samples):
+        n = len(sample.tokens)
+        if n > best and prompt[:n] == sample.tokens:
+            target, best = i, n
+    return target
+
+
+def _fork(samples: list[_Building], prompt: list[int], event: CompletionEvent) -> Fork:
+    """Where a new sample starts: forked off the sample sharing the longest prefix (ties: the
+    latest), classed by the call's continuity, or rewritten/unrelated where that says nothing."""
+    parent, shared = None, 0
+    for i, sample in enumerate(samples):
+        k = common_prefix(prompt, sample.tokens)
+        if k and k >= shared:
+            parent, shared = i, k
+    mismatch = event.continuity
+    if parent is not None and mismatch in (ContinuityClass.FIRST, ContinuityClass.EXACT):
+        mismatch = ContinuityClass.REWRITTEN  # the prefix diverged without a stated cause
+    if parent is None and samples and mismatch is ContinuityClass.FIRST:
+        mismatch = ContinuityClass.UNRELATED
+    return Fork(len(samples), parent, event.call_index, mismatch, shared)
+
+
+def _identity(events: RolloutEvents) -> tuple[str | None, str | None, str | None]:
+    """The rollout's task, group and harness: from its lifecycle, else its calls, else (task
+    only) its reward."""
+    first = events.lifecycle[0] if events.lifecycle else None
+    some = events.completions[0] if events.completions else None
+    reward = events.reward
+    task_id = (
+        (first.task_id if first else None)
+        or (some.task_id if some else None)
+        or (reward.task_id if reward else None)
+    )
+    harness = (first.harness if first else None) or (some.harness if some else None)
+    return task_id, first.group_id if first else None, harness
 
 
 def missing_events(records: Iterable[Record]) -> list[str]:

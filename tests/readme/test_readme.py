@@ -43,7 +43,7 @@ ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 # The README's short main job. Its held-out groups (4 samples of a task) are part of what the
 # later commands train on: `trainer run` and `replay train` need groups whose rewards differ.
-SHORT = " --set trainer.steps=2 --set evaluation.every=2"
+SHORT = " --set trainer.steps=2 --set evaluation.every=2 --set evaluation.tasks=2"
 READY = r"running; press Ctrl-C to stop"
 VLLM_PORT = r"vllm\s+http://127\.0\.0\.1:(\d+)/v1"
 PROXY_READY = r"openforge proxy.* listening on http://127\.0\.0\.1:8100"
