@@ -18,8 +18,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from openforge.testing.rollouts import make_rollout
+from pipeline.arrival import Arrival
 from pipeline.assembly import assemble, assemble_dead_letter
-from pipeline.rollout_state import Arrival, Count, Flags, IllegalTransition, Status
+from pipeline.rollout_state import Count, Flags, IllegalTransition, Status
 from schemas.codec import Record, encode_message
 from schemas.completion import CompletionEvent
 from schemas.enums import RolloutPhase
