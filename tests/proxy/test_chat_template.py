@@ -55,6 +55,10 @@ def tokenizer(tiny_model_dir: Path) -> Any:
     return AutoTokenizer.from_pretrained(str(tiny_model_dir))
 
 
+# The template's line that renders one message; the variants below edit it.
+MESSAGE_LINE = "{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>\\n' }}"
+
+
 def _variant(tiny_model_dir: Path, tmp: Path, old: str, new: str) -> Any:
     """The tiny model's tokenizer with its chat template edited."""
     template = (tiny_model_dir / "chat_template.jinja").read_text()
@@ -118,7 +122,7 @@ def test_a_template_minijinja_renders_differently_is_caught_at_load(
     tok = _variant(
         tiny_model_dir,
         tmp_path,
-        "{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>\\n' }}",
+        MESSAGE_LINE,
         "{{- '<|im_start|>' + message.role + '\\n' + ('1x ' ~ message.content).title() "
         "+ '<|im_end|>\\n' }}",
     )
@@ -138,7 +142,7 @@ def test_a_template_only_jinja2_can_render_is_caught_at_load(
     tok = _variant(
         tiny_model_dir,
         tmp_path,
-        "{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>\\n' }}",
+        MESSAGE_LINE,
         "{{- '<|im_start|>' + message.role + '\\n' + message.content.zfill(3) + '<|im_end|>\\n' }}",
     )
     engine = ChatTemplate(tok)
