@@ -26,6 +26,7 @@ and 503 while the publisher cannot record (as calls do), before anything changes
 
 from __future__ import annotations
 
+import asyncio
 import math
 import uuid
 from typing import Any
@@ -37,6 +38,7 @@ from starlette.responses import JSONResponse, Response
 from proxy.attribution import read_body, request_key
 from proxy.credentials import check_admin, check_feedback
 from proxy.errors import ProxyError
+from proxy.policy_version import remember
 from proxy.recording import now_us
 from proxy.state import ProxyState
 from schemas.enums import RolloutPhase
@@ -272,6 +274,7 @@ async def policy(state: ProxyState, request: Request) -> Response:
         version = body.get("version")
         if not isinstance(version, int) or isinstance(version, bool) or not 0 <= version < 2**63:
             raise ProxyError(400, "'version' must be an integer from 0 to 2^63-1", param="version")
+        await asyncio.to_thread(remember, state.config.spool_dir, version)
         state.policy_version = version
     return JSONResponse(
         {

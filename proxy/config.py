@@ -77,7 +77,8 @@ class ProxyConfig:
         max_tokens_cap: upper bound on any request's generation budget (None: the context room);
             bounds episode length when harnesses ask for tens of thousands of tokens.
         max_model_len: context length; default: the upstream's ``max_model_len``.
-        policy_version: the initial policy version stamped on generated tokens.
+        policy_version: the initial policy version stamped on generated tokens (None: the one
+            last set through /admin/policy, remembered in ``spool_dir``; else 0).
         pause_mode: while weights swap, new calls ``wait`` or get 429 (``reject``); a string is
             converted, a typo raises ConfigError.
         pause_retry_after: the ``Retry-After`` seconds of that 429.
@@ -129,7 +130,7 @@ class ProxyConfig:
     default_max_tokens: int = 1024
     max_tokens_cap: int | None = None
     max_model_len: int | None = None
-    policy_version: int = 0
+    policy_version: int | None = None
     pause_mode: PauseMode = PauseMode.WAIT
     pause_retry_after: int = 1
     pause_timeout: float = 300.0

@@ -9,6 +9,7 @@ from __future__ import annotations
 from proxy.config import ProxyConfig
 from proxy.gate import Gate
 from proxy.metrics import ProxyMetrics
+from proxy.policy_version import remembered
 from proxy.publisher import Publisher
 from proxy.recorder import Recorder
 from proxy.redaction import Redactor
@@ -48,7 +49,12 @@ class ProxyState:
         self.gate = Gate(
             config.max_concurrency, config.pause_mode, config.pause_retry_after, self.metrics
         )
-        self.policy_version = config.policy_version  # ``openforge_proxy_policy_version`` reads it
+        # ``openforge_proxy_policy_version`` reads it; see proxy.policy_version
+        self.policy_version = (
+            config.policy_version
+            if config.policy_version is not None
+            else remembered(config.spool_dir) or 0
+        )
         self.metrics.policy_version.set_function(lambda: self.policy_version)
 
     async def end(

@@ -102,7 +102,13 @@ def proxy(
         bool, typer.Option(help="Redact the default patterns (API keys, e-mails, ...).")
     ] = True,
     max_concurrency: Annotated[int, typer.Option(help="Calls in flight before 429.")] = 256,
-    policy_version: Annotated[int, typer.Option(help="Initial policy version.")] = 0,
+    policy_version: Annotated[
+        int | None,
+        typer.Option(
+            help="Initial policy version (default: the last one set through /admin/policy, "
+            "remembered in the spool dir; else 0)."
+        ),
+    ] = None,
     pause_mode: Annotated[
         PauseMode, typer.Option(help="During weight swaps: wait or reject.")
     ] = PauseMode.WAIT,

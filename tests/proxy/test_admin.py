@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import uuid
+from dataclasses import replace
 from pathlib import Path
 
 import httpx
+import pytest
 
 from infra.local.vllm import VLLMServer
 from openforge.testing.proxy import completions_of, proxy_config, read_events, running_proxy
+from proxy.policy_version import remembered
 from schemas.enums import Dialect
+from schemas.errors import ConfigError
 
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
 
@@ -92,3 +96,30 @@ def test_open_mode_policy_versions_pause_errors_and_metrics(
         "session-trace-4bf92f3577b34da6a3ce929d0e0e4736",
     )
     assert len(traced) == 1 and traced[0].dialect is Dialect.MESSAGES
+
+
+def test_a_restarted_proxy_stamps_the_version_it_was_last_set_to(
+    vllm_server: VLLMServer, tmp_path: Path
+) -> None:
+    """The version set through /admin/policy survives a restart (spool_dir/policy-version), so
+    the first calls after it carry what vLLM serves; --policy-version still sets it."""
+    config = proxy_config(vllm_server.base_url, tmp_path, open_mode=True, admin_token="adm")
+    admin = {"authorization": "Bearer adm"}
+    with running_proxy(config) as p:
+        assert httpx.get(f"{p.url}/admin/policy").json()["version"] == 0  # nothing remembered
+        httpx.post(f"{p.url}/admin/policy", json={"version": 5}, headers=admin).raise_for_status()
+    session = uuid.uuid4().hex[:8]
+    with running_proxy(config) as p:
+        assert httpx.get(f"{p.url}/admin/policy").json()["version"] == 5
+        resp = httpx.post(
+            f"{p.url}/v1/chat/completions", json=CHAT, headers={"session-id": session}, timeout=60
+        )
+        assert resp.status_code == 200
+        p.flush()
+    [event] = completions_of(read_events(config.log_url, want=1), f"session-{session}")
+    assert [s.version for s in event.policy_versions] == [5]
+    with running_proxy(replace(config, policy_version=2)) as p:
+        assert httpx.get(f"{p.url}/admin/policy").json()["version"] == 2
+    (tmp_path / "spool" / "policy-version").write_text("five\n")
+    with pytest.raises(ConfigError, match="not a policy version"):
+        remembered(tmp_path / "spool")
