@@ -39,6 +39,10 @@ class Registration:
     unix_socket: str | None = None  # and its Unix socket (the front's --uds given), for sandboxes
 
 
+class ProxyUnreachable(ServiceError):
+    """No answer from the proxy (refused, reset, timed out): it may be restarting."""
+
+
 class ProxyAdmin:
     """The admin API of the proxy at ``url`` (bearer ``token`` when the proxy has one)."""
 
@@ -69,8 +73,8 @@ class ProxyAdmin:
                 headers=headers,
                 timeout=self.timeout if timeout is None else timeout,
             )
-        except httpx.HTTPError as exc:
-            raise ServiceError(
+        except httpx.TransportError as exc:
+            raise ProxyUnreachable(
                 f"cannot reach the proxy at {self.url} ({method} {path}): {exc!r}. "
                 "Is it running, and is the URL right?"
             ) from exc

@@ -38,9 +38,9 @@ from starlette.responses import JSONResponse, Response
 from proxy.attribution import read_body, request_key
 from proxy.credentials import check_admin, check_feedback
 from proxy.errors import ProxyError
-from proxy.policy_version import remember
 from proxy.recording import now_us
 from proxy.state import ProxyState
+from proxy.swap_state import forget_pause, remember, remember_pause
 from schemas.enums import RolloutPhase
 from schemas.reward import RewardEvent
 from schemas.rollout import COSTS
@@ -309,6 +309,7 @@ async def pause(state: ProxyState, request: Request) -> Response:
     drain = body.get("drain_s")
     if drain is not None and (not _finite_number(drain) or not 0 <= drain <= 86_400):
         raise ProxyError(400, "'drain_s' must be seconds, from 0 to 86400", param="drain_s")
+    await asyncio.to_thread(remember_pause, state.config.spool_dir, float(timeout))
     state.gate.pause(float(timeout))
     if drain is not None:
         await state.gate.drain(float(drain))
@@ -318,6 +319,7 @@ async def pause(state: ProxyState, request: Request) -> Response:
 async def resume(state: ProxyState, request: Request) -> Response:
     require_admin(state, request)
     state.gate.unpause()
+    await asyncio.to_thread(forget_pause, state.config.spool_dir)
     return JSONResponse(_pause_state(state))
 
 

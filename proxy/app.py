@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 from starlette.applications import Starlette
@@ -61,7 +62,10 @@ from proxy.publisher import Publisher
 from proxy.render import Renderer
 from proxy.sessions import reaping
 from proxy.state import ProxyState
+from proxy.swap_state import pause_left
 from proxy.upstream import UPSTREAMS
+
+log = logging.getLogger("openforge.proxy")
 
 Handler = Callable[[Request], Awaitable[Response]]
 
@@ -179,6 +183,9 @@ def create_app(
         # Move everything loaded so far (torch, transformers, ...) out of the cyclic collector's
         # reach: full collections over millions of start-up objects stalled requests.
         gc.freeze()
+        if (left := pause_left(config.spool_dir)) is not None:  # proxy.swap_state
+            log.warning("paused before the restart: holding new calls for %.0f s more", left)
+            app.state.proxy.gate.pause(left)
         idle = config.session_idle_timeout if config.open_mode else 0
         try:
             async with reaping(app.state.proxy, idle):

@@ -9,12 +9,12 @@ from __future__ import annotations
 from proxy.config import ProxyConfig
 from proxy.gate import Gate
 from proxy.metrics import ProxyMetrics
-from proxy.policy_version import remembered
 from proxy.publisher import Publisher
 from proxy.recorder import Recorder
 from proxy.redaction import Redactor
 from proxy.render import Renderer
 from proxy.rollouts import Rollout, RolloutRegistry
+from proxy.swap_state import remembered
 from proxy.upstream import Upstream
 from schemas.enums import RolloutPhase
 
@@ -49,7 +49,7 @@ class ProxyState:
         self.gate = Gate(
             config.max_concurrency, config.pause_mode, config.pause_retry_after, self.metrics
         )
-        # ``openforge_proxy_policy_version`` reads it; see proxy.policy_version
+        # ``openforge_proxy_policy_version`` reads it; see proxy.swap_state
         self.policy_version = (
             config.policy_version
             if config.policy_version is not None

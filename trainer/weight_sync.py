@@ -26,6 +26,11 @@ too. A full reload changes every weight. So a swap never changes weights under a
 3. set the proxy's policy version and open the gate: calls admitted from then on carry the new
    version and reach vLLM once the new weights are in place.
 
+A proxy that cannot be reached (restarting, as a Deployment's pod does) is retried for up to
+``proxy_wait`` seconds at each of steps 1 and 3: a proxy restarted mid-swap starts paused and
+at its previous version (``proxy.swap_state``), so it serves no call until the retried step 3
+has set the new version and opened the gate.
+
 If the proxy's pause ran out (its ``pause_timeout``) before step 3, calls may have started in
 between with the old version on the new weights: the swap opens the gate and raises
 :class:`ServiceError` saying so. Without a proxy (``proxy_url`` None) nothing is gated or
@@ -36,6 +41,7 @@ mid-generation. Each swap returns the seconds it took, the drain included.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -43,7 +49,7 @@ from typing import Any
 
 import httpx
 
-from infra.proxy_client import ProxyAdmin
+from infra.proxy_client import ProxyAdmin, ProxyUnreachable
 from schemas.errors import ServiceError
 from schemas.registry import choose
 
@@ -64,6 +70,7 @@ class WeightSync:
     timeout: float = 120.0
     mode: SyncMode = SyncMode.LORA
     drain_timeout: float = 120.0  # seconds a swap waits for the proxy's calls in flight to end
+    proxy_wait: float = 120.0  # seconds an unreachable proxy is retried (a restart)
     _proxy: ProxyAdmin | None = field(init=False, repr=False, default=None)
 
     def __post_init__(self) -> None:
@@ -108,7 +115,8 @@ class WeightSync:
         if self._proxy is None:
             self._change(weights)
             return time.perf_counter() - t0
-        gate = self._proxy.pause(drain=self.drain_timeout)
+        proxy = self._proxy
+        gate = self._retried(lambda: proxy.pause(drain=self.drain_timeout))
         try:
             if gate["in_flight"] or not gate["paused"]:
                 why = (
@@ -125,9 +133,9 @@ class WeightSync:
                     "pause_timeout), or bound calls with the proxy's max_tokens_cap."
                 )
             self._change(weights)
-            state = self._proxy.set_policy_version(policy_version)
+            state = self._retried(lambda: proxy.set_policy_version(policy_version))
         finally:
-            self._proxy.resume()
+            self._retried(proxy.resume)
         if not state["paused"]:
             raise ServiceError(
                 f"the proxy's pause ended by its own timeout (pause_timeout) before weight swap "
@@ -136,6 +144,17 @@ class WeightSync:
                 "pause_timeout."
             )
         return time.perf_counter() - t0
+
+    def _retried(self, call: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+        """``call`` on the proxy, retried while it cannot be reached, up to ``proxy_wait`` s."""
+        deadline = time.monotonic() + self.proxy_wait
+        while True:
+            try:
+                return call()
+            except ProxyUnreachable:
+                if time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.5)
 
     def _change(self, weights: Path) -> None:
         if self.mode is SyncMode.FULL:

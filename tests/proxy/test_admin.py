@@ -11,7 +11,7 @@ import pytest
 
 from infra.local.vllm import VLLMServer
 from openforge.testing.proxy import completions_of, proxy_config, read_events, running_proxy
-from proxy.policy_version import remembered
+from proxy.swap_state import remembered
 from schemas.enums import Dialect
 from schemas.errors import ConfigError
 
@@ -98,11 +98,13 @@ def test_open_mode_policy_versions_pause_errors_and_metrics(
     assert len(traced) == 1 and traced[0].dialect is Dialect.MESSAGES
 
 
-def test_a_restarted_proxy_stamps_the_version_it_was_last_set_to(
+def test_a_restarted_proxy_keeps_its_version_and_an_unfinished_pause(
     vllm_server: VLLMServer, tmp_path: Path
 ) -> None:
     """The version set through /admin/policy survives a restart (spool_dir/policy-version), so
-    the first calls after it carry what vLLM serves; --policy-version still sets it."""
+    the first calls after it carry what vLLM serves; --policy-version still sets it. A pause
+    not yet resumed survives it too (for what is left of its timeout): a proxy restarted
+    mid-swap serves nothing until the trainer has set the new version and resumed it."""
     config = proxy_config(vllm_server.base_url, tmp_path, open_mode=True, admin_token="adm")
     admin = {"authorization": "Bearer adm"}
     with running_proxy(config) as p:
@@ -120,6 +122,18 @@ def test_a_restarted_proxy_stamps_the_version_it_was_last_set_to(
     assert [s.version for s in event.policy_versions] == [5]
     with running_proxy(replace(config, policy_version=2)) as p:
         assert httpx.get(f"{p.url}/admin/policy").json()["version"] == 2
+        pause = {"timeout_s": 120}
+        httpx.post(f"{p.url}/admin/pause", json=pause, headers=admin).raise_for_status()
+    with running_proxy(replace(config, pause_mode="reject")) as p:
+        state = httpx.get(f"{p.url}/admin/policy").json()
+        assert state["paused"] and 0 < state["resumes_in_s"] <= 120, state
+        resp = httpx.post(
+            f"{p.url}/v1/chat/completions", json=CHAT, headers={"session-id": session}, timeout=60
+        )
+        assert resp.status_code == 429
+        httpx.post(f"{p.url}/admin/resume", headers=admin).raise_for_status()
+    with running_proxy(config) as p:
+        assert not httpx.get(f"{p.url}/admin/policy").json()["paused"]
     (tmp_path / "spool" / "policy-version").write_text("five\n")
     with pytest.raises(ConfigError, match="not a policy version"):
         remembered(tmp_path / "spool")

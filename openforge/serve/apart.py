@@ -1,0 +1,200 @@
+"""The proxy, the pipeline and the trainer as three processes (:class:`ServicesApart`).
+
+Each is the CLI command a user would run by hand, so what runs here is what runs in a
+Deployment: ``openforge proxy --open`` in front of vLLM, ``openforge pipeline run`` from the
+proxy's events to episodes (rewards joined by the configured policy), and ``openforge trainer
+run --serve-at-start`` from the episodes, hot-loading each update into vLLM and bumping the
+proxy's policy version. Any one can be stopped, killed and started again on its own: the proxy
+remembers its policy version (``proxy.policy_version``), the pipeline writes each episode once
+(``pipeline.sinks``), the trainer resumes from its checkpoint and its consumer group's offsets
+(nothing trained twice: ``trainer.checkpoint``).
+
+The admin and feedback credentials are generated once into ``out`` (mode 0600) and handed to
+the processes in their environment, never on a command line.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import signal
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass, field
+from enum import Enum
+from pathlib import Path
+
+import httpx
+
+from infra.eventlog.urls import parse_url
+from infra.local.process import ServiceProcess
+from schemas.errors import ConfigError, OpenForgeError
+
+
+class Service(Enum):
+    PROXY = "proxy"
+    PIPELINE = "pipeline"
+    TRAINER = "trainer"
+
+
+@dataclass(frozen=True)
+class ApartConfig:
+    """log_url: the event log all three share (``kafka://HOST:PORT[?partitions=N]``, or
+    ``local:DIR`` on one machine); vllm_url: the model server the proxy calls and the trainer
+    hot-loads into (started with LoRA enabled); model_dir: the served base model (the trainer's
+    starting weights, the proxy's tokenizer); out: credentials, logs, the proxy's spool, the
+    trainer's checkpoints and the archive. The reward options are ``openforge pipeline run``'s
+    (``NAME=WEIGHT``, required names, ``dead_letter`` or ``train``); ``*_args`` are appended to
+    each command line."""
+
+    log_url: str
+    vllm_url: str
+    model_dir: Path
+    out: Path
+    host: str = "127.0.0.1"
+    port: int = 8100
+    session_idle_s: float = 1800.0
+    lateness_s: float = 3600.0
+    reward_weights: tuple[str, ...] = ("feedback=1",)
+    reward_required: tuple[str, ...] = ("feedback",)
+    on_missing_reward: str = "dead_letter"
+    lr: float = 1e-3
+    proxy_args: tuple[str, ...] = ()
+    pipeline_args: tuple[str, ...] = ()
+    trainer_args: tuple[str, ...] = ()
+    python: str = field(default=sys.executable)
+
+    def __post_init__(self) -> None:
+        parse_url(self.log_url)  # a bad URL fails here, saying what a good one looks like
+        if not self.vllm_url.startswith(("http://", "https://")):
+            raise ConfigError(f"vllm_url must be http(s)://HOST:PORT, not {self.vllm_url!r}")
+        if not (self.model_dir / "config.json").exists():
+            raise ConfigError(
+                f"{self.model_dir} holds no model (config.json): pass the directory vLLM serves "
+                "(e.g. one `openforge model build-tiny` wrote)"
+            )
+
+    @property
+    def proxy_url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def argv(self, service: Service) -> list[str]:
+        """The command line of ``service`` (credentials come from the environment)."""
+        cli = [self.python, "-m", "openforge"]
+        if service is Service.PROXY:
+            return [
+                *cli, "proxy", "--upstream", self.vllm_url, "--log", self.log_url, "--open",
+                "--session-idle", f"{self.session_idle_s:g}", "--model", "policy",
+                "--tokenizer", str(self.model_dir), "--host", self.host, "--port", str(self.port),
+                "--spool", str(self.out / "proxy-spool"), *self.proxy_args,
+            ]  # fmt: skip
+        if service is Service.PIPELINE:
+            rewards = [f"--reward-weight={w}" for w in self.reward_weights] + [
+                f"--reward-required={r}" for r in self.reward_required
+            ]
+            return [
+                *cli, "pipeline", "run", "--source", self.log_url,
+                "--lateness", f"{self.lateness_s:g}", *rewards,
+                "--on-missing-reward", self.on_missing_reward,
+                "--archive", str(self.out / "archive"), *self.pipeline_args,
+            ]  # fmt: skip
+        return [
+            *cli, "trainer", "run", "--episodes", self.log_url, "--model", str(self.model_dir),
+            "--out", str(self.out / "trainer"), "--vllm", self.vllm_url,
+            "--proxy", self.proxy_url, "--serve-at-start", "--group-size", "1",
+            "--lr", f"{self.lr:g}",
+            "--archive", str(self.out / "archive"), *self.trainer_args,
+        ]  # fmt: skip
+
+
+def credential(path: Path) -> str:
+    """The token in ``path``, generated (mode 0600) on first use."""
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(secrets.token_urlsafe(32) + "\n")
+    return path.read_text().strip()
+
+
+class ServicesApart:
+    """Start, stop, kill and restart the three services one by one (see the module docstring).
+    Use as a context manager: every service still running is stopped on exit."""
+
+    def __init__(self, config: ApartConfig) -> None:
+        self.config = config
+        self.admin_token = credential(config.out / "admin-token")
+        self.feedback_token = credential(config.out / "feedback-token")
+        self.processes: dict[Service, ServiceProcess] = {}
+        self.starts: dict[Service, int] = {s: 0 for s in Service}
+
+    def __enter__(self) -> ServicesApart:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for service in reversed(list(self.processes)):
+            self.stop(service)
+
+    def start(self, service: Service, ready_s: float = 180.0) -> None:
+        """Start ``service`` and wait until it serves: the proxy answers /health; the trainer
+        has its starting weights served (vLLM lists the adapter ``policy``)."""
+        if service in self.processes:
+            raise OpenForgeError(f"{service.value} is running: stop or kill it first")
+        self.starts[service] += 1
+        log = self.config.out / "logs" / f"{service.value}-{self.starts[service]}.log"
+        env = dict(os.environ)
+        env["OPENFORGE_ADMIN_TOKEN"] = self.admin_token
+        env["OPENFORGE_FEEDBACK_TOKEN"] = self.feedback_token
+        process = ServiceProcess(service.value, self.config.argv(service), log, env=env)
+        process.start()
+        self.processes[service] = process
+        probe = {Service.PROXY: self._proxy_up, Service.TRAINER: self._adapter_served}
+        if service in probe:
+            process.wait_ready(probe[service], ready_s)
+
+    def stop(self, service: Service) -> None:
+        """SIGTERM (then SIGKILL after a grace period)."""
+        process = self.processes.pop(service, None)
+        if process is not None:
+            process.stop()
+
+    def kill(self, service: Service) -> None:
+        """SIGKILL the service's whole process group, as a crash or an evicted pod would."""
+        process = self.processes.pop(service)
+        if process.pid is not None:
+            with suppress(ProcessLookupError):
+                os.killpg(os.getpgid(process.pid), signal.SIGKILL)
+        process.stop()
+
+    def check_alive(self) -> None:
+        for process in self.processes.values():
+            process.check_alive()
+
+    def _proxy_up(self) -> bool:
+        try:
+            return httpx.get(f"{self.config.proxy_url}/health", timeout=2).status_code == 200
+        except httpx.TransportError:
+            return False
+
+    def _adapter_served(self) -> bool:
+        try:
+            resp = httpx.get(f"{self.config.vllm_url.rstrip('/')}/v1/models", timeout=2)
+        except httpx.TransportError:
+            return False
+        return resp.status_code == 200 and any(m["id"] == "policy" for m in resp.json()["data"])
+
+    def policy_version(self) -> int:
+        """The version the proxy stamps now."""
+        resp = httpx.get(f"{self.config.proxy_url}/admin/policy", timeout=5)
+        resp.raise_for_status()
+        return int(resp.json()["version"])
+
+
+@contextmanager
+def services_apart(config: ApartConfig) -> Iterator[ServicesApart]:
+    """The three started in order (proxy, trainer, pipeline), stopped on exit."""
+    with ServicesApart(config) as services:
+        for service in (Service.PROXY, Service.TRAINER, Service.PIPELINE):
+            services.start(service)
+        yield services

@@ -1,0 +1,164 @@
+"""One simulated user's session: a multi-turn conversation through the proxy in one dialect,
+then (for some sessions, later) a person's feedback on it.
+
+The user asks the model to say a word and, on the next turns, asks again; the feedback is 1.0
+when the model's last reply holds the word, else 0.0 (a thumbs up or down on whether it did as
+asked), posted to ``POST /sessions/ID/reward`` with the feedback credential. A call the proxy
+cannot answer now (connection refused or reset: a proxy restarting; 429 or 503: paused or
+behind) is retried with backoff for up to ``retry_s``, as a harness does; the result counts
+what was answered, retried and given up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from openforge.traffic.dialects import PATHS, Dialect, headers, reply_text, request
+
+RETRIED_STATUS = frozenset({429, 502, 503, 504})
+
+
+@dataclass(frozen=True)
+class SessionPlan:
+    """What one session does: its identity, dialect, word and turns, and when (seconds after
+    its last answer) its feedback comes; None: never."""
+
+    session: str
+    dialect: Dialect
+    word: str
+    turns: int
+    feedback_after_s: float | None
+
+
+@dataclass
+class SessionResult:
+    plan: SessionPlan
+    answered: int = 0  # calls answered 200
+    failed: int = 0  # calls given up after retries (the session ends there)
+    retries: int = 0  # attempts retried
+    last_reply: str = ""
+    ended_at: float = 0.0  # monotonic time of its last answer
+    feedback: float | None = None  # the value posted, once posted
+    feedback_error: str | None = None  # why posting it failed
+    errors: list[str] = field(default_factory=list)
+
+    def judged(self) -> float:
+        """The simulated person's verdict: did the last reply say the word?"""
+        return 1.0 if self.plan.word in self.last_reply.lower() else 0.0
+
+
+def prompt(word: str, turn: int) -> str:
+    if turn == 0:
+        return f"Say the word {word}."
+    return f"Again, only the word {word}, please."
+
+
+class ProxyClient:
+    """The simulated users' HTTP client: calls with retries, and feedback."""
+
+    def __init__(
+        self,
+        base_url: str,
+        feedback_token: str | None,
+        retry_s: float = 60.0,
+        timeout: float = 120.0,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.feedback_token = feedback_token
+        self.retry_s = retry_s
+        self.http = httpx.AsyncClient(timeout=timeout, limits=httpx.Limits(max_connections=256))
+
+    async def aclose(self) -> None:
+        await self.http.aclose()
+
+    async def call(
+        self, dialect: Dialect, session: str, body: dict[str, Any], result: SessionResult
+    ) -> dict[str, Any] | None:
+        """The 200 answer's JSON, or None (the error kept in ``result.errors``)."""
+        deadline, backoff = time.monotonic() + self.retry_s, 0.2
+        while True:
+            why = await self._attempt(dialect, session, body)
+            if isinstance(why, dict):
+                return why
+            if why[1] is False or time.monotonic() + backoff > deadline:
+                result.errors.append(why[0])
+                return None
+            result.retries += 1
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, 2.0)
+
+    async def _attempt(
+        self, dialect: Dialect, session: str, body: dict[str, Any]
+    ) -> dict[str, Any] | tuple[str, bool]:
+        """The answer, or (why it failed, whether to retry)."""
+        try:
+            resp = await self.http.post(
+                self.base_url + PATHS[dialect], json=body, headers=headers(dialect, session)
+            )
+        except httpx.TransportError as exc:  # refused, reset: the proxy is restarting
+            return f"{type(exc).__name__}: {exc}", True
+        if resp.status_code == 200:
+            answer: dict[str, Any] = resp.json()
+            return answer
+        return f"{resp.status_code}: {resp.text[:200]}", resp.status_code in RETRIED_STATUS
+
+    async def feedback(self, session: str, value: float) -> str | None:
+        """Post ``value`` as the session's feedback; None, or why it failed. Where the proxy no
+        longer remembers the session (it restarted), post to its first rollout by id."""
+        auth = {"authorization": f"Bearer {self.feedback_token}"} if self.feedback_token else {}
+        body = {"reward": value, "verifier": "feedback"}
+        deadline = time.monotonic() + self.retry_s
+        urls = [f"/sessions/{session}/reward", f"/rollout/session-{session}/reward"]
+        while True:
+            try:
+                resp = await self.http.post(self.base_url + urls[0], json=body, headers=auth)
+            except httpx.TransportError as exc:
+                resp, why = None, f"{type(exc).__name__}: {exc}"
+            if resp is not None and resp.status_code == 404 and len(urls) > 1:
+                urls.pop(0)
+                continue
+            if resp is not None and resp.status_code == 201:
+                return None
+            if resp is not None:
+                why = f"{resp.status_code}: {resp.text[:200]}"
+                if resp.status_code not in RETRIED_STATUS:
+                    return why
+            if time.monotonic() > deadline:
+                return why
+            await asyncio.sleep(0.5)
+
+
+async def play(client: ProxyClient, plan: SessionPlan, max_tokens: int) -> SessionResult:
+    """Play ``plan``'s turns; the session ends at its last answer or its first failed call."""
+    result = SessionResult(plan)
+    turns: list[tuple[str, str]] = []
+    for turn in range(plan.turns):
+        turns.append(("user", prompt(plan.word, turn)))
+        answer = await client.call(
+            plan.dialect, plan.session, request(plan.dialect, turns, max_tokens), result
+        )
+        if answer is None:
+            result.failed += 1
+            break
+        result.answered += 1
+        result.last_reply = reply_text(plan.dialect, answer)
+        result.ended_at = time.monotonic()
+        turns.append(("assistant", result.last_reply))
+    return result
+
+
+async def give_feedback(client: ProxyClient, result: SessionResult) -> None:
+    """The person's feedback, ``plan.feedback_after_s`` after the session's last answer."""
+    after = result.plan.feedback_after_s
+    if after is None or result.answered == 0:
+        return
+    await asyncio.sleep(max(0.0, result.ended_at + after - time.monotonic()))
+    value = result.judged()
+    result.feedback_error = await client.feedback(result.plan.session, value)
+    if result.feedback_error is None:
+        result.feedback = value
