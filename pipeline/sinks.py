@@ -15,11 +15,10 @@ from typing import Any
 import apache_beam as beam
 from apache_beam.metrics.metric import Metrics
 
-from infra.eventlog import EPISODES_TOPIC, EventLogWriter, open_reader, open_writer
+from infra.eventlog import EPISODES_TOPIC, EventLogWriter, open_writer, records_in
 from schemas.archive import ArchiveWriter
-from schemas.codec import decode_message, encode_message
+from schemas.codec import encode_message
 from schemas.episode import Episode
-from schemas.errors import EventLogError
 
 Fingerprint = tuple[str, str | None, float | None, tuple[str, ...]]
 
@@ -32,20 +31,7 @@ def fingerprint(episode: Episode) -> Fingerprint:
 def episodes_in(url: str, topic: str) -> Iterator[Episode]:
     """Every episode in ``topic`` of the event log at ``url``, in log order (none if the topic
     does not exist yet); reads by offset, moving no consumer group."""
-    with open_reader(url) as reader:
-        try:
-            partitions = reader.partitions(topic, timeout=2.0)
-        except EventLogError:
-            return  # not created yet: nothing written
-        for partition in partitions:
-            offset, end = 0, reader.end_offset(topic, partition)
-            while offset < end:
-                batch = reader.read(topic, partition, offset, 1000, timeout=1.0)
-                for record in batch.records:
-                    for episode in decode_message(record.value):
-                        if isinstance(episode, Episode):
-                            yield episode
-                offset = batch.next_offset
+    return (r for r in records_in(url, topic) if isinstance(r, Episode))
 
 
 def written(url: str, topic: str) -> set[Fingerprint]:

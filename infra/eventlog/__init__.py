@@ -17,7 +17,13 @@ from infra.eventlog.base import (
     LogRecord,
     PartitionBatch,
 )
-from infra.eventlog.factory import create_topics, message_limit, open_reader, open_writer
+from infra.eventlog.factory import (
+    create_topics,
+    message_limit,
+    open_reader,
+    open_writer,
+    records_in,
+)
 from infra.eventlog.urls import LogKind, LogUrl, parse_url
 
 __all__ = [
@@ -35,4 +41,5 @@ __all__ = [
     "open_reader",
     "open_writer",
     "parse_url",
+    "records_in",
 ]

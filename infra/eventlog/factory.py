@@ -6,11 +6,12 @@ the Kafka client.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 from infra.eventlog.base import EventLogReader, EventLogWriter
 from infra.eventlog.urls import LogKind, LogUrl, parse_url
-from schemas.errors import ConfigError
+from schemas.codec import Record, decode_message
+from schemas.errors import ConfigError, EventLogError
 
 
 def _log_url(url: str) -> LogUrl:
@@ -66,7 +67,8 @@ def open_reader(
 ) -> EventLogReader:
     """A reader. With ``group``, a member of that consumer group on ``topics`` (``poll`` and
     ``commit``; a new group starts at the beginning, or at the end if not ``from_beginning``).
-    Without, a reader of partitions only (``partitions``, ``end_offset``, ``read``).
+    Without, a reader of partitions only (``partitions``, ``end_offset``, ``read``). On Kafka,
+    ``topics`` missing are created first, with the URL's ``partitions``.
     ``options`` go to the Kafka consumers (the local log takes none)."""
     if topics and group is None:
         raise ConfigError(
@@ -75,11 +77,31 @@ def open_reader(
         )
     parsed = _log_url(url)
     if parsed.kind is LogKind.KAFKA:
-        from infra.eventlog.kafka import KafkaReader
+        from infra.eventlog.kafka import KafkaReader, ensure_topics
 
+        if topics:  # else the broker creates a topic subscribed to first with one partition
+            ensure_topics(parsed.where, list(topics), partitions=parsed.partitions)
         return KafkaReader(
             parsed.where, list(topics), group, from_beginning=from_beginning, **options
         )
     from infra.eventlog.local import LocalLog
 
     return LocalLog(parsed.path).reader(list(topics), group, from_beginning=from_beginning)
+
+
+def records_in(url: str, topic: str) -> Iterator[Record]:
+    """Every record in ``topic`` of the event log at ``url``, partition by partition in log
+    order (none if the topic does not exist yet); reads by offset, moving no consumer group.
+    Records repeat where the log holds a message twice (at-least-once writers)."""
+    with open_reader(url) as reader:
+        try:
+            partitions = reader.partitions(topic, timeout=2.0)
+        except EventLogError:
+            return  # not created yet: nothing written
+        for partition in partitions:
+            offset, end = 0, reader.end_offset(topic, partition)
+            while offset < end:
+                batch = reader.read(topic, partition, offset, 1000, timeout=1.0)
+                for message in batch.records:
+                    yield from decode_message(message.value)
+                offset = batch.next_offset
