@@ -63,6 +63,11 @@ class TrainerConfig:
     stop: when set, the loop ends after the current update (a checkpoint is written).
     engine: the serving engine's meter: each update records the fraction of the time since the
         previous one that the engine was busy (``engine/busy_fraction``).
+    serve_at_start: with ``sync``, serve the weights the trainer starts from before its first
+        update: as version 0 on a fresh start, else as the next version (vLLM may serve newer
+        weights than the checkpoint's, or none after its own restart). A trainer in front of
+        live traffic needs it: the adapter exists from the start, and after a restart vLLM
+        serves what the trainer trains on.
     """
 
     episodes: str
@@ -84,6 +89,7 @@ class TrainerConfig:
     stop: threading.Event | None = None
     archive: Path | None = None
     engine: EngineMeter | None = None
+    serve_at_start: bool = False
 
     def __post_init__(self) -> None:
         BACKENDS.get(self.backend)  # a typo fails here, listing the valid backends
@@ -125,6 +131,8 @@ class _Lead:
         self.versions = checkpoint.PolicyVersions(cfg.out_dir / "versions.jsonl")
         # Resume from the highest version ever handed out (checkpoint.PolicyVersions).
         state.policy_version = max(state.policy_version, self.versions.high_water())
+        if cfg.serve_at_start and cfg.sync is not None:
+            self._serve_start()
         ranks.broadcast(state.policy_version)  # every rank counts on from the same version
         redone = checkpoint.truncate_ledger(cfg.out_dir / "consumed.jsonl", state.step)
         if redone:
@@ -194,6 +202,16 @@ class _Lead:
             self._checkpoint()
             failpoints.hit("trainer.after_checkpoint", state.step)
             self.stream.commit()
+
+    def _serve_start(self) -> None:
+        """Serve the weights this trainer starts from (``TrainerConfig.serve_at_start``)."""
+        assert self.cfg.sync is not None
+        if self.state.step == 0 and self.versions.high_water() == 0:  # nothing served yet
+            exported = self.backend.export_for_inference(_export_dir(self.cfg, self.state))
+            self.cfg.sync.swap(exported, 0)
+        else:
+            self._sync(self.state.policy_version + 1)
+        logger.info("serving the starting weights as policy version %d", self.state.policy_version)
 
     def _sync(self, version: int) -> float:
         """Export the weights and serve them as ``version`` (recorded first); the seconds taken."""
@@ -266,6 +284,8 @@ def _follow(
 ) -> dict[str, Any]:
     """A non-lead rank: take each batch from the lead and join the collective steps."""
     schedule = cfg.schedule()
+    if cfg.serve_at_start and cfg.sync is not None:  # the lead's _serve_start, collectively
+        backend.export_for_inference(_export_dir(cfg, state))
     state.policy_version = ranks.broadcast(None)  # the lead's, resumed (see _Lead)
     while cfg.steps is None or state.step < cfg.steps:
         episodes, stop = ranks.broadcast(None)

@@ -66,6 +66,13 @@ def run(
     ] = None,
     admin_token: Annotated[str | None, typer.Option(envvar="OPENFORGE_ADMIN_TOKEN")] = None,
     lora_name: Annotated[str, typer.Option(help="Adapter name served by vLLM.")] = "policy",
+    serve_at_start: Annotated[
+        bool,
+        typer.Option(
+            help="With --vllm: serve the starting weights before the first update (version 0 "
+            "when fresh, else the next version); for a trainer in front of live traffic."
+        ),
+    ] = False,
     archive: Annotated[
         Path | None,
         typer.Option(
@@ -114,6 +121,7 @@ def run(
                 sync=sync,
                 archive=archive,
                 engine=engine,
+                serve_at_start=serve_at_start,
             )
         )
     served = "" if sync else " (no --vllm: the weights stay in the checkpoints, none served)"
