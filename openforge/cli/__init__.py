@@ -13,6 +13,7 @@ from openforge.cli import (
     replay,
     rollout,
     rollouts,
+    serve,
     services,
     tasks,
     train,
@@ -38,6 +39,8 @@ app.command("demo")(train.demo)
 app.command("proxy")(proxy.proxy)
 app.command("query")(query.query)
 app.command("audit")(audit.audit)
+app.command("serve")(serve.serve)
+app.command("traffic")(serve.traffic)
 
 
 @app.command()

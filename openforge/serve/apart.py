@@ -46,7 +46,8 @@ class ApartConfig:
     starting weights, the proxy's tokenizer); out: credentials, logs, the proxy's spool, the
     trainer's checkpoints and the archive. The reward options are ``openforge pipeline run``'s
     (``NAME=WEIGHT``, required names, ``dead_letter`` or ``train``); ``*_args`` are appended to
-    each command line."""
+    each command line. ``max_staleness``: the trainer drops an episode whose oldest tokens are
+    more policy versions behind than this (counted as ``stream/stale_dropped``)."""
 
     log_url: str
     vllm_url: str
@@ -60,6 +61,7 @@ class ApartConfig:
     reward_required: tuple[str, ...] = ("feedback",)
     on_missing_reward: str = "dead_letter"
     lr: float = 1e-3
+    max_staleness: int = 8
     proxy_args: tuple[str, ...] = ()
     pipeline_args: tuple[str, ...] = ()
     trainer_args: tuple[str, ...] = ()
@@ -69,6 +71,12 @@ class ApartConfig:
         parse_url(self.log_url)  # a bad URL fails here, saying what a good one looks like
         if not self.vllm_url.startswith(("http://", "https://")):
             raise ConfigError(f"vllm_url must be http(s)://HOST:PORT, not {self.vllm_url!r}")
+        if self.lateness_s <= self.session_idle_s:
+            raise ConfigError(
+                f"lateness_s ({self.lateness_s:g}) must exceed session_idle_s "
+                f"({self.session_idle_s:g}) plus the longest call: a session's deadline runs "
+                "from its events, and it ends only after it has been idle that long"
+            )
         if not (self.model_dir / "config.json").exists():
             raise ConfigError(
                 f"{self.model_dir} holds no model (config.json): pass the directory vLLM serves "
@@ -103,7 +111,7 @@ class ApartConfig:
             *cli, "trainer", "run", "--episodes", self.log_url, "--model", str(self.model_dir),
             "--out", str(self.out / "trainer"), "--vllm", self.vllm_url,
             "--proxy", self.proxy_url, "--serve-at-start", "--group-size", "1",
-            "--lr", f"{self.lr:g}",
+            "--lr", f"{self.lr:g}", "--max-staleness", str(self.max_staleness),
             "--archive", str(self.out / "archive"), *self.trainer_args,
         ]  # fmt: skip
 
@@ -166,6 +174,13 @@ class ServicesApart:
             with suppress(ProcessLookupError):
                 os.killpg(os.getpgid(process.pid), signal.SIGKILL)
         process.stop()
+
+    def exited(self) -> list[Service]:
+        """The services whose process has exited (forgotten here: start them again)."""
+        gone = [s for s, p in self.processes.items() if p.poll() is not None]
+        for service in gone:
+            self.stop(service)
+        return gone
 
     def check_alive(self) -> None:
         for process in self.processes.values():

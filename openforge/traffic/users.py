@@ -1,12 +1,13 @@
 """One simulated user's session: a multi-turn conversation through the proxy in one dialect,
 then (for some sessions, later) a person's feedback on it.
 
-The user asks the model to say a word and, on the next turns, asks again; the feedback is 1.0
-when the model's last reply holds the word, else 0.0 (a thumbs up or down on whether it did as
-asked), posted to ``POST /sessions/ID/reward`` with the feedback credential. A call the proxy
-cannot answer now (connection refused or reset: a proxy restarting; 429 or 503: paused or
-behind) is retried with backoff for up to ``retry_s``, as a harness does; the result counts
-what was answered, retried and given up.
+The user asks the model to say a word and, on the next turns, asks again; the feedback is 1.0 when
+the model's last reply holds the word, 0.5 when it is at most :data:`SHORT_WORDS` words (brief, if
+not right: a tiny untrained model seldom says the word, and the trainer still gets a signal that
+depends on what it wrote), else 0.0; posted to ``POST /sessions/ID/reward`` with the feedback
+credential. A call the proxy cannot answer now (connection refused or reset: a proxy restarting; 429
+or 503: paused or behind) is retried with backoff for up to ``retry_s``, as a harness does; the
+result counts what was answered, retried and given up.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import httpx
 from openforge.traffic.dialects import PATHS, Dialect, headers, reply_text, request
 
 RETRIED_STATUS = frozenset({429, 502, 503, 504})
+SHORT_WORDS = 3
 
 
 @dataclass(frozen=True)
@@ -44,12 +46,15 @@ class SessionResult:
     last_reply: str = ""
     ended_at: float = 0.0  # monotonic time of its last answer
     feedback: float | None = None  # the value posted, once posted
+    feedback_at: float | None = None  # when it was posted (Unix seconds)
     feedback_error: str | None = None  # why posting it failed
     errors: list[str] = field(default_factory=list)
 
     def judged(self) -> float:
-        """The simulated person's verdict: did the last reply say the word?"""
-        return 1.0 if self.plan.word in self.last_reply.lower() else 0.0
+        """The simulated person's verdict (see the module docstring)."""
+        if self.plan.word in self.last_reply.lower():
+            return 1.0
+        return 0.5 if len(self.last_reply.split()) <= SHORT_WORDS else 0.0
 
 
 def prompt(word: str, turn: int) -> str:
@@ -161,4 +166,4 @@ async def give_feedback(client: ProxyClient, result: SessionResult) -> None:
     value = result.judged()
     result.feedback_error = await client.feedback(result.plan.session, value)
     if result.feedback_error is None:
-        result.feedback = value
+        result.feedback, result.feedback_at = value, time.time()

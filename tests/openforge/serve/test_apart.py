@@ -12,27 +12,26 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections import Counter
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
 import httpx
 
-from infra.eventlog import DEAD_LETTER_TOPIC, EPISODES_TOPIC
+from infra.eventlog import DEAD_LETTER_TOPIC, EPISODES_TOPIC, EVENTS_TOPIC, records_in
 from infra.local.kafka import KafkaBroker
 from infra.local.process import free_port
 from infra.local.vllm import VLLMServer
 from openforge.serve.apart import ApartConfig, Service, ServicesApart, services_apart
-from openforge.testing.proxy import read_events
+from openforge.traffic.ledger import LATE, ledger, rollout_of, trained_ids
 from openforge.traffic.simulate import TrafficConfig, TrafficReport, run
-from openforge.traffic.users import SessionResult
-from pipeline.sinks import episodes_in
 from schemas.completion import CompletionEvent
-from schemas.enums import CompletionStatus
 from schemas.episode import Episode
+from schemas.rollout import RolloutEvent
 
-LATENESS_S = 10.0  # the pipeline's deadline: feedback comes 2-4 s after a session's last answer
+# The pipeline's deadline, after a session's latest event: above the longest call (the first
+# ones, while every service starts, took 19 s) plus the session idle time plus the feedback delay.
+LATENESS_S = 30.0
 
 
 def _until(what: str, done: Callable[[], bool], services: ServicesApart, timeout: float) -> None:
@@ -41,13 +40,6 @@ def _until(what: str, done: Callable[[], bool], services: ServicesApart, timeout
         services.check_alive()
         assert time.monotonic() < deadline, what
         time.sleep(0.5)
-
-
-def _trained(out: Path) -> list[str]:
-    ledger = out / "trainer" / "consumed.jsonl"
-    if not ledger.exists():
-        return []
-    return [e for line in ledger.read_text().splitlines() for e in json.loads(line)["episodes"]]
 
 
 def _updates(out: Path) -> int:
@@ -59,19 +51,22 @@ def _at_least(out: Path, updates: int) -> bool:
     return _updates(out) >= updates
 
 
-def _rollout(result: SessionResult) -> str:
-    return f"session-{result.plan.session}"
-
-
-def _late_rewards(url: str) -> set[str]:
-    """The rollouts with a reward dead-lettered as late (after their episode went out)."""
+def _rollouts(url: str, topic: str, reason: str = "") -> set[str]:
     return {
-        e.rollout_id for e in episodes_in(url, DEAD_LETTER_TOPIC) if "late" in (e.dead_letter or "")
+        e.rollout_id
+        for e in records_in(url, topic)
+        if isinstance(e, Episode) and reason in (e.dead_letter or "")
     }
 
 
-def _latest(episodes: list[Episode]) -> dict[str, Episode]:
-    return {e.rollout_id: e for e in episodes}
+def _trained(url: str, out: Path) -> set[str]:
+    """The rollouts whose episodes the trainer has trained on."""
+    ids = set(trained_ids(out / "trainer"))
+    return {
+        e.rollout_id
+        for e in records_in(url, EPISODES_TOPIC)
+        if isinstance(e, Episode) and e.episode_id in ids
+    }
 
 
 def _traffic(
@@ -79,12 +74,12 @@ def _traffic(
 ) -> threading.Thread:
     cfg = TrafficConfig(
         services.config.proxy_url,
-        users=3,
+        users=2,
         sessions=None,  # until the test says stop
         turns=2,
         feedback_fraction=0.7,
         feedback_delay_s=(2.0, 4.0),  # after the session's last answer: the proxy ends it at 1.5 s
-        think_s=0.2,
+        think_s=1.0,
         max_tokens=8,
         feedback_token=services.feedback_token,
     )
@@ -102,33 +97,28 @@ def test_live_traffic_trains_the_served_policy_and_a_restart_of_any_service_lose
         config = ApartConfig(
             url, vllm_server.base_url, tiny_model_dir, out, port=free_port(),
             session_idle_s=1.5, lateness_s=LATENESS_S, lr=1e-2,
+            max_staleness=1000,  # sessions that straddle restarts are old: train on them too
             reward_weights=("feedback=1", "rule:call_errors=-1"), reward_required=("feedback",),
         )  # fmt: skip
         with services_apart(config) as services:
             stop, result = threading.Event(), dict[str, TrafficReport]()
             thread = _traffic(services, stop, result)
             try:
-                versions = _restart_each(services, out)
+                restarts = _restart_each(services, out)
             finally:
                 stop.set()
                 thread.join(timeout=180)
             report = result["report"]
-            rewarded = {_rollout(r) for r in report.results if r.feedback is not None}
-            _until(
-                "every session with feedback trained on",
-                lambda: rewarded <= set(_trained(out)),
-                services,
-                timeout=120,
-            )
+            _settle(services, url, out, report)
             served = services.policy_version()
-            late = _late_feedback(services, sorted(rewarded)[0])
+            late = _late_feedback(services, report)
             _until(
                 "the late feedback dead-lettered",
-                lambda: late in _late_rewards(url),
+                lambda: late in _rollouts(url, DEAD_LETTER_TOPIC, LATE),
                 services,
                 timeout=60,
             )
-        _check(url, out, report, rewarded, versions, served, late)
+        _check(url, out, report, restarts, served, late)
 
 
 def _restart_each(services: ServicesApart, out: Path) -> dict[str, int]:
@@ -147,8 +137,27 @@ def _restart_each(services: ServicesApart, out: Path) -> dict[str, int]:
     return seen
 
 
-def _late_feedback(services: ServicesApart, rollout_id: str) -> str:
+def _settle(services: ServicesApart, url: str, out: Path, report: TrafficReport) -> None:
+    """Wait until every session with feedback is trained on and every other dead-lettered."""
+    rewarded = {rollout_of(r) for r in report.results if r.feedback is not None}
+    never = {rollout_of(r) for r in report.results if r.plan.feedback_after_s is None}
+    _until(
+        "every session with feedback trained on",
+        lambda: rewarded <= _trained(url, out),
+        services,
+        timeout=120,
+    )
+    _until(
+        "every session without feedback dead-lettered",
+        lambda: never <= _rollouts(url, DEAD_LETTER_TOPIC),
+        services,
+        timeout=LATENESS_S + 60,
+    )
+
+
+def _late_feedback(services: ServicesApart, report: TrafficReport) -> str:
     """A second thumbs-up for a session already trained on."""
+    rollout_id = next(rollout_of(r) for r in report.results if r.feedback is not None)
     resp = httpx.post(
         f"{services.config.proxy_url}/rollout/{rollout_id}/reward",
         json={"reward": 1.0, "verifier": "feedback"},
@@ -160,55 +169,37 @@ def _late_feedback(services: ServicesApart, rollout_id: str) -> str:
 
 
 def _check(
-    url: str,
-    out: Path,
-    report: TrafficReport,
-    rewarded: set[str],
-    restarts: dict[str, int],
-    served: int,
-    late: str,
+    url: str, out: Path, report: TrafficReport, restarts: dict[str, int], served: int, late: str
 ) -> None:
     counts = report.counts()
     assert counts["calls_failed"] == 0 and counts["feedback_failed"] == 0, counts
     assert counts["feedback_posted"] >= 3 and counts["feedback_never"] >= 1, counts
-    assert counts["calls_retried"] >= 1, counts  # the proxy's restart was seen, and rode out
+    assert counts["calls_retried"] >= 1, counts  # the proxy's restart was seen, and ridden out
 
-    # Every answered call recorded once (event ids deduplicate the log's at-least-once).
-    records = read_events(url, group="check", want=1)
-    events = {e.event_id: e for e in records if isinstance(e, CompletionEvent)}
-    ok = Counter(e.rollout_id for e in events.values() if e.status is CompletionStatus.OK)
-    assert {_rollout(r): r.answered for r in report.results} == {
-        _rollout(r): ok[_rollout(r)] for r in report.results
-    }
-    dialects = {e.dialect for e in events.values()}
-    assert len(dialects) == 3, dialects
+    # Every answered call recorded once; each session one episode or one dead letter; each
+    # episode trained on once, across the trainer's restart; the late reward counted.
+    book = ledger(url, report, out / "trainer")
+    assert (book.lost, book.trained_twice, book.late_rewards) == (0, 0, 1), book
+    assert book.recorded == book.served == counts["calls_answered"], book
+    assert book.episodes == book.trained == counts["feedback_posted"], book
+    assert book.dead_lettered == counts["feedback_never"], book
 
-    # Each session with feedback: one episode with both reward sources; without: dead-lettered.
-    episodes = list(episodes_in(url, EPISODES_TOPIC))
-    assert len({e.episode_id for e in episodes}) == len(episodes)  # written once
-    by_rollout = _latest(episodes)
-    assert set(by_rollout) == rewarded
-    for r in report.results:
-        rollout = _rollout(r)
-        if rollout in rewarded:
-            episode = by_rollout[rollout]
-            assert episode.reward_components["feedback"] == r.feedback
-            assert episode.reward == r.feedback - episode.reward_components["rule:call_errors"]
-    dead = _latest(list(episodes_in(url, DEAD_LETTER_TOPIC)))
-    never = {_rollout(r) for r in report.results if r.plan.feedback_after_s is None}
-    assert never <= set(dead), never - set(dead)
-    assert all("feedback" in (dead[n].dead_letter or "") for n in never)
+    # Both reward sources in each episode; every dialect seen; the sessions' own rollouts.
+    results = {rollout_of(r): r for r in report.results}
+    episodes = [e for e in records_in(url, EPISODES_TOPIC) if isinstance(e, Episode)]
+    for episode in episodes:
+        feedback = results[episode.rollout_id].feedback
+        assert episode.reward_components["feedback"] == feedback
+        assert episode.reward == feedback - episode.reward_components["rule:call_errors"]
+    calls = [e for e in records_in(url, EVENTS_TOPIC) if isinstance(e, CompletionEvent)]
+    assert {e.dialect.value for e in calls} == {"chat", "responses", "messages"}
+    assert {e.rollout_id for e in calls} == set(results)
+    started = [e for e in records_in(url, EVENTS_TOPIC) if isinstance(e, RolloutEvent)]
+    assert {e.metadata.get("session") for e in started} == {r.plan.session for r in report.results}
 
-    # Trained on exactly once each, across the trainer's restart; the late reward not applied.
-    trained = _trained(out)
-    assert len(trained) == len(set(trained))
-    assert set(trained) == {by_rollout[r].episode_id for r in rewarded}
-    assert "late" in (dead[late].dead_letter or "")
-
-    # The served policy advanced through every restart, and calls carried each new version.
+    # The served policy advanced through every restart, and the calls' tokens carried it.
     lines = (out / "trainer" / "versions.jsonl").read_text().splitlines()
     versions = [json.loads(line)["version"] for line in lines]
-    assert versions == sorted(set(versions)) and served == versions[-1] >= 7
-    assert restarts["pipeline"] >= 1 and restarts["proxy"] >= restarts["trainer"] >= 1
-    stamped = {s.version for e in events.values() for s in e.policy_versions}
-    assert len(stamped) >= 4 and max(stamped) >= restarts["proxy"], stamped
+    assert versions == sorted(set(versions)) and served == versions[-1] >= 7, versions
+    assert 1 <= restarts["pipeline"] <= restarts["trainer"] <= restarts["proxy"], restarts
+    assert len(book.versions_stamped) >= 4 and max(book.versions_stamped) >= restarts["proxy"]

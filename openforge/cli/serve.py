@@ -1,0 +1,157 @@
+"""``openforge serve``: streaming training from live traffic, the three services apart.
+
+``openforge serve`` starts the proxy (open mode), the pipeline job and the trainer as separate
+processes on one event log (:mod:`openforge.serve.apart`), restarts any that exits, and stops
+them all on Ctrl-C or SIGTERM. ``openforge traffic`` plays simulated users against a proxy
+(:mod:`openforge.traffic`).
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from openforge.cli.paths import absolute_location
+from openforge.cli.pipeline import ON_MISSING_REWARD, REWARD_REQUIRED, REWARD_WEIGHTS
+
+if TYPE_CHECKING:
+    from openforge.serve.apart import ApartConfig
+
+
+def serve(
+    log: Annotated[
+        str,
+        typer.Option(
+            help="Event log: kafka://HOST:PORT[?partitions=N] (or local:DIR on one machine).",
+            parser=absolute_location,
+        ),
+    ],
+    vllm: Annotated[str, typer.Option(help="vLLM base URL (LoRA enabled), e.g. http://H:P.")],
+    model: Annotated[
+        Path, typer.Option(help="The model vLLM serves (the trainer's start).", resolve_path=True)
+    ],
+    out: Annotated[
+        Path,
+        typer.Option(help="Credentials, logs, spool, checkpoints, archive.", resolve_path=True),
+    ] = Path("runs/serve"),
+    host: Annotated[str, typer.Option(help="Address the proxy binds.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port the proxy binds.")] = 8100,
+    session_idle: Annotated[
+        float, typer.Option(help="Seconds without a call after which a session's rollout ends.")
+    ] = 1800.0,
+    lateness: Annotated[
+        float, typer.Option(help="Seconds a finished session waits for its required rewards.")
+    ] = 3600.0,
+    reward_weight: REWARD_WEIGHTS = None,
+    reward_required: REWARD_REQUIRED = None,
+    on_missing_reward: ON_MISSING_REWARD = "dead_letter",
+    lr: Annotated[float, typer.Option(help="The trainer's learning rate.")] = 1e-3,
+) -> None:
+    """Serve live traffic and train on it: proxy, pipeline and trainer as three processes."""
+    from openforge.serve.apart import ApartConfig, Service, ServicesApart
+
+    config = ApartConfig(
+        log, vllm, model, out, host=host, port=port, session_idle_s=session_idle,
+        lateness_s=lateness, reward_weights=tuple(reward_weight or ("feedback=1",)),
+        reward_required=tuple(reward_required or ()), on_missing_reward=on_missing_reward, lr=lr,
+    )  # fmt: skip
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM stops like Ctrl-C
+    with ServicesApart(config) as services:
+        for service in (Service.PROXY, Service.TRAINER, Service.PIPELINE):
+            services.start(service)
+        _say_where(config, out)
+        try:
+            while True:
+                for service in services.exited():
+                    typer.echo(f"{service.value} exited; starting it again", err=True)
+                    services.start(service)
+                time.sleep(1.0)
+        except KeyboardInterrupt:
+            typer.echo("stopping")
+
+
+def _say_where(config: ApartConfig, out: Path) -> None:
+    url = config.proxy_url
+    typer.echo(f"proxy {url} (open mode); running; press Ctrl-C to stop")
+    typer.echo(f"  Chat Completions / Responses: {url}/v1   Anthropic Messages: {url}")
+    typer.echo(f"  feedback: POST {url}/sessions/SESSION/reward with {out}/feedback-token")
+    typer.echo(f"  admin token: {out}/admin-token; logs: {out}/logs; trainer: {out}/trainer")
+
+
+def traffic(
+    proxy: Annotated[str, typer.Option(help="The proxy's base URL, e.g. http://127.0.0.1:8100.")],
+    users: Annotated[int, typer.Option(help="Concurrent simulated users.")] = 4,
+    sessions: Annotated[
+        int, typer.Option(help="Sessions in all (at most, with --until-version).")
+    ] = 12,
+    until_version: Annotated[
+        int | None,
+        typer.Option(
+            help="Go on until the proxy stamps this policy version (a trainer behind it)."
+        ),
+    ] = None,
+    turns: Annotated[int, typer.Option(help="Calls per session.")] = 2,
+    feedback_fraction: Annotated[
+        float, typer.Option(help="Share of sessions that get feedback (the rest: never).")
+    ] = 0.75,
+    feedback_delay: Annotated[
+        float, typer.Option(help="Feedback comes up to this many seconds after a session.")
+    ] = 5.0,
+    max_tokens: Annotated[int, typer.Option(help="Generation budget of each call.")] = 16,
+    feedback_token: Annotated[
+        str | None, typer.Option(envvar="OPENFORGE_FEEDBACK_TOKEN", help="Feedback credential.")
+    ] = None,
+    feedback_token_file: Annotated[
+        Path | None, typer.Option(help="Read the feedback credential from this file.")
+    ] = None,
+    seed: Annotated[int, typer.Option(help="Seed of the sessions' plans.")] = 0,
+) -> None:
+    """Simulated users: multi-turn sessions in all three dialects through a proxy in open
+    mode, with feedback late for some sessions and never for others; prints the counts."""
+    from openforge.traffic.simulate import TrafficConfig, run
+
+    if feedback_token_file is not None:
+        feedback_token = feedback_token_file.read_text().strip()
+    cfg = TrafficConfig(
+        proxy, users=users, sessions=sessions, turns=turns, feedback_fraction=feedback_fraction,
+        feedback_delay_s=(0.0, feedback_delay), max_tokens=max_tokens,
+        feedback_token=feedback_token, seed=seed,
+    )  # fmt: skip
+    keep_going = (lambda: True) if until_version is None else _below(proxy, until_version)
+    counts = run(cfg, keep_going).counts()
+    version = _version(proxy)
+    typer.echo(json.dumps({**counts, "policy_version": version}))
+    if counts["calls_answered"] == 0:
+        raise typer.Exit(1)  # nothing succeeded
+    if until_version is not None and version < until_version:
+        typer.echo(
+            f"the policy version is {version}, not {until_version}, after {sessions} sessions",
+            err=True,
+        )
+        raise typer.Exit(1)
+
+
+def _version(proxy: str) -> int:
+    import httpx
+
+    resp = httpx.get(f"{proxy.rstrip('/')}/admin/policy", timeout=10)
+    resp.raise_for_status()
+    return int(resp.json()["version"])
+
+
+def _below(proxy: str, version: int) -> Callable[[], bool]:
+    """Whether the proxy still stamps a version below ``version`` (checked once a second)."""
+    last = [0.0, True]
+
+    def check() -> bool:
+        if time.monotonic() - float(last[0]) >= 1.0:
+            last[0], last[1] = time.monotonic(), _version(proxy) < version
+        return bool(last[1])
+
+    return check
