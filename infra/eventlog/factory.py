@@ -77,12 +77,15 @@ def open_reader(
         )
     parsed = _log_url(url)
     if parsed.kind is LogKind.KAFKA:
-        from infra.eventlog.kafka import KafkaReader, ensure_topics
+        from infra.eventlog.kafka import KafkaReader
 
-        if topics:  # else the broker creates a topic subscribed to first with one partition
-            ensure_topics(parsed.where, list(topics), partitions=parsed.partitions)
         return KafkaReader(
-            parsed.where, list(topics), group, from_beginning=from_beginning, **options
+            parsed.where,
+            list(topics),
+            group,
+            from_beginning=from_beginning,
+            partitions=parsed.partitions,
+            **options,
         )
     from infra.eventlog.local import LocalLog
 

@@ -55,20 +55,27 @@ def _kafka_errors(what: str) -> Iterator[None]:
 
 
 def ensure_topics(
-    bootstrap: str, topics: list[str], partitions: int = 1, replication: int = 1
+    bootstrap: str, topics: list[str], partitions: int = 1, replication: int = 1, **options: Any
 ) -> None:
-    """Create the topics that do not exist yet (for clusters without topic auto-creation)."""
-    with _kafka_errors(f"cannot reach Kafka at {bootstrap}"):
-        admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    """Create the topics that do not exist yet (for clusters without topic auto-creation);
+    ``options`` go to the admin client."""
     with _kafka_errors(f"cannot create topics {topics} on Kafka at {bootstrap}"):
-        try:
-            existing = set(admin.list_topics())
-            new = [NewTopic(t, partitions, replication) for t in topics if t not in existing]
-            if new:
-                with contextlib.suppress(TopicAlreadyExistsError):
-                    admin.create_topics(new)
-        finally:
-            admin.close()
+        create_missing(bootstrap, topics, partitions, replication, **options)
+
+
+def create_missing(
+    bootstrap: str, topics: list[str], partitions: int = 1, replication: int = 1, **options: Any
+) -> None:
+    """:func:`ensure_topics` raising Kafka's own errors (for callers that word them)."""
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap, **options)
+    try:
+        existing = set(admin.list_topics())
+        new = [NewTopic(t, partitions, replication) for t in topics if t not in existing]
+        if new:
+            with contextlib.suppress(TopicAlreadyExistsError):
+                admin.create_topics(new)
+    finally:
+        admin.close()
 
 
 class KafkaWriter(EventLogWriter):
@@ -119,6 +126,7 @@ class KafkaReader(EventLogReader):
         topics: list[str],
         group: str | None,
         from_beginning: bool = True,
+        partitions: int = 1,
         **options: Any,
     ) -> None:
         self.bootstrap = bootstrap
@@ -128,6 +136,10 @@ class KafkaReader(EventLogReader):
         if group is None:
             return
         with _kafka_errors(f"cannot connect a consumer to Kafka at {bootstrap}"):
+            # Missing topics first, with their partitions: subscribed to first, the broker
+            # would create one with a single partition.
+            admin = {k: v for k, v in options.items() if k in KafkaAdminClient.DEFAULT_CONFIG}
+            create_missing(bootstrap, topics, partitions, **admin)
             self._group = KafkaConsumer(
                 *topics,
                 bootstrap_servers=bootstrap,
