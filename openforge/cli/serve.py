@@ -61,7 +61,9 @@ def serve(
         lateness_s=lateness, reward_weights=tuple(reward_weight or ("feedback=1",)),
         reward_required=tuple(reward_required or ()), on_missing_reward=on_missing_reward, lr=lr,
     )  # fmt: skip
-    signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM stops like Ctrl-C
+    # SIGTERM stops like Ctrl-C; SIGINT too where a shell started this in the background.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     with ServicesApart(config) as services:
         for service in (Service.PROXY, Service.TRAINER, Service.PIPELINE):
             services.start(service)

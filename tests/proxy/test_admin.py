@@ -10,7 +10,13 @@ import httpx
 import pytest
 
 from infra.local.vllm import VLLMServer
-from openforge.testing.proxy import completions_of, proxy_config, read_events, running_proxy
+from openforge.testing.proxy import (
+    RunningProxy,
+    completions_of,
+    proxy_config,
+    read_events,
+    running_proxy,
+)
 from proxy.swap_state import remembered
 from schemas.enums import Dialect
 from schemas.errors import ConfigError
@@ -105,35 +111,33 @@ def test_a_restarted_proxy_keeps_its_version_and_an_unfinished_pause(
     the first calls after it carry what vLLM serves; --policy-version still sets it. A pause
     not yet resumed survives it too (for what is left of its timeout): a proxy restarted
     mid-swap serves nothing until the trainer has set the new version and resumed it."""
-    config = proxy_config(vllm_server.base_url, tmp_path, open_mode=True, admin_token="adm")
+    config = proxy_config(
+        vllm_server.base_url, tmp_path, open_mode=True, admin_token="adm", pause_mode="reject"
+    )
     admin = {"authorization": "Bearer adm"}
-    with running_proxy(config) as p:
+    with running_proxy(config) as p:  # a swap under way: version 5 set, not yet resumed
         assert httpx.get(f"{p.url}/admin/policy").json()["version"] == 0  # nothing remembered
+        httpx.post(f"{p.url}/admin/pause", json={"timeout_s": 120}, headers=admin)
         httpx.post(f"{p.url}/admin/policy", json={"version": 5}, headers=admin).raise_for_status()
     session = uuid.uuid4().hex[:8]
-    with running_proxy(config) as p:
-        assert httpx.get(f"{p.url}/admin/policy").json()["version"] == 5
-        resp = httpx.post(
+
+    def call(p: RunningProxy) -> int:
+        return httpx.post(
             f"{p.url}/v1/chat/completions", json=CHAT, headers={"session-id": session}, timeout=60
-        )
-        assert resp.status_code == 200
+        ).status_code
+
+    with running_proxy(config) as p:
+        state = httpx.get(f"{p.url}/admin/policy").json()
+        assert state["version"] == 5 and state["paused"] and 0 < state["resumes_in_s"] <= 120
+        assert call(p) == 429  # held until the trainer resumes it
+        httpx.post(f"{p.url}/admin/resume", headers=admin).raise_for_status()
+        assert call(p) == 200
         p.flush()
     [event] = completions_of(read_events(config.log_url, want=1), f"session-{session}")
     assert [s.version for s in event.policy_versions] == [5]
-    with running_proxy(replace(config, policy_version=2)) as p:
-        assert httpx.get(f"{p.url}/admin/policy").json()["version"] == 2
-        pause = {"timeout_s": 120}
-        httpx.post(f"{p.url}/admin/pause", json=pause, headers=admin).raise_for_status()
-    with running_proxy(replace(config, pause_mode="reject")) as p:
+    with running_proxy(replace(config, policy_version=2)) as p:  # resumed: no pause remembered
         state = httpx.get(f"{p.url}/admin/policy").json()
-        assert state["paused"] and 0 < state["resumes_in_s"] <= 120, state
-        resp = httpx.post(
-            f"{p.url}/v1/chat/completions", json=CHAT, headers={"session-id": session}, timeout=60
-        )
-        assert resp.status_code == 429
-        httpx.post(f"{p.url}/admin/resume", headers=admin).raise_for_status()
-    with running_proxy(config) as p:
-        assert not httpx.get(f"{p.url}/admin/policy").json()["paused"]
+        assert (state["version"], state["paused"]) == (2, False)
     (tmp_path / "spool" / "policy-version").write_text("five\n")
     with pytest.raises(ConfigError, match="not a policy version"):
         remembered(tmp_path / "spool")

@@ -43,7 +43,10 @@ ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 # The README's short main job. Its held-out groups (4 samples of a task) are part of what the
 # later commands train on: `trainer run` and `replay train` need groups whose rewards differ.
-SHORT = " --set trainer.steps=2 --set evaluation.every=2 --set evaluation.tasks=2"
+SHORT = (
+    " --set trainer.steps=2 --set evaluation.every=2 --set evaluation.tasks=2"
+    " --set evaluation.samples_per_task=2 --set tasks.per_step=2"
+)
 READY = r"running; press Ctrl-C to stop"
 VLLM_PORT = r"vllm\s+http://127\.0\.0\.1:(\d+)/v1"
 PROXY_READY = r"openforge proxy.* listening on http://127\.0\.0\.1:8100"
@@ -93,7 +96,7 @@ def _harness_runs(names: tuple[str, ...]) -> Spec:
 
 _DEMO = load_config(ROOT / "examples" / "cpu-demo.toml")
 DEMO_RUN = Path(_DEMO.run.output_dir).relative_to(ROOT)  # runs/cpu-demo
-DEMO_PER_UPDATE = _DEMO.tasks.per_step * _DEMO.rollouts.samples_per_task  # episodes per update
+DEMO_PER_UPDATE = 2 * _DEMO.rollouts.samples_per_task  # episodes per update (SHORT: 2 tasks)
 
 
 def _main_job_in_depth(work: Path, output: str) -> None:
@@ -117,7 +120,28 @@ SPECS: dict[str, Spec] = {
         service=True,
         ready=READY,
         expect=(r"kafka\s+kafka://", VLLM_PORT, "stopping"),
-        capture={"PORT": VLLM_PORT},
+        capture={"PORT": VLLM_PORT, "KAFKA": r"kafka\s+(kafka://\S+)"},
+    ),
+    '.venv/bin/openforge serve --log "KAFKA?partitions=4" --vllm http://127.0.0.1:PORT --model '
+    "runs/tiny --port 8200 --session-idle 5 --lateness 60 --reward-weight feedback=1 "
+    "--reward-weight rule:call_errors=-1 --reward-required feedback": Spec(
+        service=True,
+        ready=r"proxy http://127\.0\.0\.1:8200 \(open mode\); running",
+        expect=(r"feedback: POST http://127\.0\.0\.1:8200/sessions/SESSION/reward", "stopping"),
+    ),
+    ".venv/bin/openforge traffic --proxy http://127.0.0.1:8200 --until-version 2 --sessions 60 "
+    "--feedback-token-file runs/serve/feedback-token": Spec(
+        expect=(
+            r'"calls_failed": 0',
+            r'"feedback_posted": [1-9]',
+            r'"policy_version": ([2-9]|\d\d)',
+        ),
+        timeout=600,
+    ),
+    "tail -n 3 runs/serve/trainer/metrics.csv": Spec(expect=(r"(?m)^[1-9]\d*,-?\d",)),
+    '.venv/bin/openforge query --run runs/serve "SELECT step, count(*) AS episodes, '
+    'max(policy_version) AS version FROM steps GROUP BY 1 ORDER BY 1"': Spec(
+        expect=(r"│\s+2\s+│",)
     ),
     ".venv/bin/openforge model build-tiny runs/tiny --seed 0": Spec(
         expect=(r"runs/tiny\s+sha256:[0-9a-f]{16}",)

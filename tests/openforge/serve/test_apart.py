@@ -29,9 +29,10 @@ from schemas.completion import CompletionEvent
 from schemas.episode import Episode
 from schemas.rollout import RolloutEvent
 
-# The pipeline's deadline, after a session's latest event: above the longest call (the first
-# ones, while every service starts, took 19 s) plus the session idle time plus the feedback delay.
-LATENESS_S = 30.0
+# The pipeline's deadline, after a session's latest event: above the longest gap between its
+# events (a proxy restart, retried through; vLLM's first LoRA call, warmed up before) and the
+# session idle time plus the feedback delay.
+LATENESS_S = 15.0
 
 
 def _until(what: str, done: Callable[[], bool], services: ServicesApart, timeout: float) -> None:
@@ -101,6 +102,7 @@ def test_live_traffic_trains_the_served_policy_and_a_restart_of_any_service_lose
             reward_weights=("feedback=1", "rule:call_errors=-1"), reward_required=("feedback",),
         )  # fmt: skip
         with services_apart(config) as services:
+            _warm_up(vllm_server)
             stop, result = threading.Event(), dict[str, TrafficReport]()
             thread = _traffic(services, stop, result)
             try:
@@ -121,11 +123,17 @@ def test_live_traffic_trains_the_served_policy_and_a_restart_of_any_service_lose
         _check(url, out, report, restarts, served, late)
 
 
+def _warm_up(vllm: VLLMServer) -> None:
+    """One call on the adapter straight to vLLM (not recorded): its first LoRA call compiles."""
+    body = {"model": "policy", "prompt": "hi", "max_tokens": 1}
+    httpx.post(f"{vllm.base_url}/v1/completions", json=body, timeout=120).raise_for_status()
+
+
 def _restart_each(services: ServicesApart, out: Path) -> dict[str, int]:
     """Restart each service once while the users keep going; the proxy's policy version at
     each restart."""
     seen: dict[str, int] = {}
-    for service, after in ((Service.PIPELINE, 1), (Service.TRAINER, 3), (Service.PROXY, 5)):
+    for service, after in ((Service.PIPELINE, 1), (Service.TRAINER, 2), (Service.PROXY, 3)):
         _until(f"{after} updates", partial(_at_least, out, after), services, timeout=240)
         seen[service.value] = services.policy_version()
         if service is Service.PROXY:
@@ -133,7 +141,7 @@ def _restart_each(services: ServicesApart, out: Path) -> dict[str, int]:
         else:
             services.kill(service)
         services.start(service)
-    _until("7 updates", partial(_at_least, out, 7), services, timeout=240)
+    _until("4 updates", partial(_at_least, out, 4), services, timeout=240)
     return seen
 
 
@@ -200,6 +208,6 @@ def _check(
     # The served policy advanced through every restart, and the calls' tokens carried it.
     lines = (out / "trainer" / "versions.jsonl").read_text().splitlines()
     versions = [json.loads(line)["version"] for line in lines]
-    assert versions == sorted(set(versions)) and served == versions[-1] >= 7, versions
+    assert versions == sorted(set(versions)) and served == versions[-1] >= 4, versions
     assert 1 <= restarts["pipeline"] <= restarts["trainer"] <= restarts["proxy"], restarts
-    assert len(book.versions_stamped) >= 4 and max(book.versions_stamped) >= restarts["proxy"]
+    assert len(book.versions_stamped) >= 3 and max(book.versions_stamped) >= restarts["proxy"]
