@@ -37,7 +37,9 @@ class StreamConfig:
     """Attributes:
     group_size: episodes of one task per group (GRPO compares within a group); 1 disables.
     token_budget: tokens per batch (prompt and generated, all samples).
-    max_staleness: admitted policy-version lag (current version - oldest version in the episode).
+    max_staleness: the policy-version lag (current version - oldest version in the episode)
+        allowed at admission and again when its batch is formed (a backlog admitted at one
+        version trains over many updates).
     stale: what to do beyond it: ``drop`` (counted) or ``keep`` (counted, trained on).
     groups_per_batch: when set, a batch is exactly this many whole groups (the token budget
         still caps it), so an update consumes what one round of rollouts produced.
@@ -182,6 +184,9 @@ class EpisodeStream:
         wanted = self.config.groups_per_batch
         if not self._ready or (wanted is not None and len(self._ready) < wanted):
             return None
+        self._drop_stale(current_version)
+        if not self._ready or (wanted is not None and len(self._ready) < wanted):
+            return None
         batch: list[Episode] = []
         tokens, groups = 0, 0
         while self._ready and (wanted is None or groups < wanted):
@@ -192,6 +197,20 @@ class EpisodeStream:
             tokens += size
             groups += 1
         return batch
+
+    def _drop_stale(self, current_version: int) -> None:
+        """Ready groups that have grown too stale while they waited (admitted at an older
+        version: a backlog trains over many updates) are dropped, as at admission."""
+        if self.config.stale is not StalePolicy.DROP:
+            return
+        keep = []
+        for group in self._ready:
+            if any(policy_lag(e, current_version) > self.config.max_staleness for e in group):
+                self.stats.stale_dropped += len(group)
+                self.trained(group)  # read and done with: its stream position may move past it
+            else:
+                keep.append(group)
+        self._ready = keep
 
     def _release_timed_out(self) -> None:
         limit = self.config.group_timeout_s

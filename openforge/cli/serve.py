@@ -52,6 +52,12 @@ def serve(
     reward_required: REWARD_REQUIRED = None,
     on_missing_reward: ON_MISSING_REWARD = "dead_letter",
     lr: Annotated[float, typer.Option(help="The trainer's learning rate.")] = 1e-3,
+    episodes_per_update: Annotated[
+        int, typer.Option(help="Episodes (sessions) each update waits for.")
+    ] = 4,
+    max_staleness: Annotated[
+        int, typer.Option(help="Drop an episode more policy versions behind than this.")
+    ] = 8,
 ) -> None:
     """Serve live traffic and train on it: proxy, pipeline and trainer as three processes."""
     from openforge.serve.apart import ApartConfig, Service, ServicesApart
@@ -60,6 +66,7 @@ def serve(
         log, vllm, model, out, host=host, port=port, session_idle_s=session_idle,
         lateness_s=lateness, reward_weights=tuple(reward_weight or ("feedback=1",)),
         reward_required=tuple(reward_required or ()), on_missing_reward=on_missing_reward, lr=lr,
+        episodes_per_update=episodes_per_update, max_staleness=max_staleness,
     )  # fmt: skip
     # SIGTERM stops like Ctrl-C; SIGINT too where a shell started this in the background.
     signal.signal(signal.SIGTERM, signal.default_int_handler)

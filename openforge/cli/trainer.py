@@ -52,6 +52,13 @@ def run(
     token_budget: Annotated[int, typer.Option(help="Tokens per batch.")] = 16384,
     max_staleness: Annotated[int, typer.Option(help="Admitted policy-version lag.")] = 4,
     stale: Annotated[str, typer.Option(help="Beyond it: drop or keep (counted).")] = "drop",
+    groups_per_batch: Annotated[
+        int | None,
+        typer.Option(
+            help="Each update waits for exactly this many whole groups (default: whatever is "
+            "ready, up to --token-budget)."
+        ),
+    ] = None,
     group_timeout: Annotated[
         float | None,
         typer.Option(help="Release a group still incomplete after this long (s); 0: never."),
@@ -115,6 +122,7 @@ def run(
                     max_staleness,
                     choose(StalePolicy, stale, "stale policy"),
                     group_timeout_s=group_timeout or None,
+                    groups_per_batch=groups_per_batch,
                 ),
                 steps=steps,
                 idle_timeout=idle_timeout,

@@ -47,7 +47,9 @@ class ApartConfig:
     trainer's checkpoints and the archive. The reward options are ``openforge pipeline run``'s
     (``NAME=WEIGHT``, required names, ``dead_letter`` or ``train``); ``*_args`` are appended to
     each command line. ``max_staleness``: the trainer drops an episode whose oldest tokens are
-    more policy versions behind than this (counted as ``stream/stale_dropped``)."""
+    more policy versions behind than this (counted as ``stream/stale_dropped``);
+    ``episodes_per_update``: each update waits for that many episodes (a session is its own
+    group: live traffic has no task to compare within); None: each takes what is ready."""
 
     log_url: str
     vllm_url: str
@@ -62,6 +64,7 @@ class ApartConfig:
     on_missing_reward: str = "dead_letter"
     lr: float = 1e-3
     max_staleness: int = 8
+    episodes_per_update: int | None = 4
     proxy_args: tuple[str, ...] = ()
     pipeline_args: tuple[str, ...] = ()
     trainer_args: tuple[str, ...] = ()
@@ -86,6 +89,10 @@ class ApartConfig:
     @property
     def proxy_url(self) -> str:
         return f"http://{self.host}:{self.port}"
+
+    def _batching(self) -> list[str]:
+        n = self.episodes_per_update
+        return [] if n is None else ["--groups-per-batch", str(n)]
 
     def argv(self, service: Service) -> list[str]:
         """The command line of ``service`` (credentials come from the environment)."""
@@ -112,6 +119,7 @@ class ApartConfig:
             "--out", str(self.out / "trainer"), "--vllm", self.vllm_url,
             "--proxy", self.proxy_url, "--serve-at-start", "--group-size", "1",
             "--lr", f"{self.lr:g}", "--max-staleness", str(self.max_staleness),
+            *self._batching(),
             "--archive", str(self.out / "archive"), *self.trainer_args,
         ]  # fmt: skip
 

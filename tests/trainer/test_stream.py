@@ -97,3 +97,27 @@ def test_an_incomplete_group_times_out_and_stops_holding_back_the_position(
 def test_group_timeout_must_be_positive() -> None:
     with pytest.raises(ConfigError, match="group_timeout_s"):
         StreamConfig(group_timeout_s=0)
+
+
+def test_a_backlog_admitted_at_one_version_is_dropped_once_it_is_too_stale_to_train(
+    tmp_path: Path,
+) -> None:
+    """Six groups of one, all of version 0, admitted at version 0 (a restarted trainer reading
+    its backlog); one group a batch. As the version moves on, a group more than
+    ``max_staleness`` behind when its batch is formed is dropped and counted, not trained, and
+    the committed position moves past it."""
+    url = f"local:{tmp_path / 'log'}"
+    _write(url, [_episode(i, f"t{i}", f"g{i}") for i in range(6)])
+    config = StreamConfig(group_size=1, groups_per_batch=1, max_staleness=2)
+    stream = EpisodeStream(EpisodeSource(url, "g"), config)
+    trained = []
+    for version in range(6):  # one update a version
+        batch = stream.next_batch(version, timeout=0.2)
+        if batch is not None:
+            trained += [e.episode_id for e in batch]
+            stream.trained(batch)
+    assert trained == ["ep000", "ep001", "ep002"]  # at lags 0, 1 and 2
+    assert stream.stats.stale_dropped == 3 and stream.pending() == 0
+    stream.commit()
+    again = EpisodeStream(EpisodeSource(url, "g"), config)
+    assert again.next_batch(5, timeout=0.2) is None and again.pending() == 0

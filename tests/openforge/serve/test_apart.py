@@ -99,6 +99,7 @@ def test_live_traffic_trains_the_served_policy_and_a_restart_of_any_service_lose
             url, vllm_server.base_url, tiny_model_dir, out, port=free_port(),
             session_idle_s=1.5, lateness_s=LATENESS_S, lr=1e-2,
             max_staleness=1000,  # sessions that straddle restarts are old: train on them too
+            episodes_per_update=None,  # an update as soon as an episode is ready
             reward_weights=("feedback=1", "rule:call_errors=-1"), reward_required=("feedback",),
         )  # fmt: skip
         with services_apart(config) as services:
