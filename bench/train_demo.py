@@ -111,7 +111,7 @@ def main() -> None:
     )
     args = p.parse_args()
     if args.kl_only:
-        from openforge.train.config import load_config
+        from openforge.train.config_io import load_config
         from openforge.train.launch import prepare_model
 
         model = prepare_model(load_config(args.config), say=lambda _: None)
@@ -123,7 +123,7 @@ def main() -> None:
 
     shutil.rmtree(args.out, ignore_errors=True)
     # Build (or reuse) the warm start once, outside the timed runs.
-    from openforge.train.config import load_config
+    from openforge.train.config_io import load_config
     from openforge.train.launch import prepare_model
 
     t0 = time.monotonic()

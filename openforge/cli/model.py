@@ -42,7 +42,7 @@ def warm_start_cmd(
 ) -> None:
     """Build (or find in the cache) the warm-started model a train config starts from."""
     from openforge.cli.train import DEMO_CONFIG
-    from openforge.train.config import load_config
+    from openforge.train.config_io import load_config
     from openforge.train.launch import prepare_model
 
     typer.echo(prepare_model(load_config(config or DEMO_CONFIG), say=typer.echo))

@@ -41,7 +41,7 @@ def train(
     from rich.console import Console
 
     from openforge.cli.userns import enter_for_containers
-    from openforge.train.config import describe, load_config
+    from openforge.train.config_io import describe, load_config
     from openforge.train.report import live_progress, progress_text
     from openforge.train.report import summary_table as table
     from openforge.train.run import TrainingRun

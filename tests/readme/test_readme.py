@@ -26,7 +26,7 @@ import pytest
 
 from infra.paths import cache_dir
 from openforge.stack import LOCAL_MAX_TOKENS
-from openforge.train.config import load_config
+from openforge.train.config_io import load_config
 from tests.infra.harnesses.conftest import installed
 from tests.infra.harnesses.recording import check_rollouts_run
 from tests.openforge.train.checks import check_audit, check_rebuilt, check_resumed, check_run

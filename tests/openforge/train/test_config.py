@@ -11,7 +11,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from openforge.train.config import TrainConfig, build_config, describe, load_config
+from openforge.train.config import TrainConfig
+from openforge.train.config_io import build_config, describe, load_config
 from schemas.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[3]
