@@ -117,7 +117,8 @@ def traffic(
         str | None, typer.Option(envvar="OPENFORGE_FEEDBACK_TOKEN", help="Feedback credential.")
     ] = None,
     feedback_token_file: Annotated[
-        Path | None, typer.Option(help="Read the feedback credential from this file.")
+        Path | None,
+        typer.Option(help="Read the feedback credential from this file.", resolve_path=True),
     ] = None,
     seed: Annotated[int, typer.Option(help="Seed of the sessions' plans.")] = 0,
 ) -> None:
