@@ -43,10 +43,10 @@ ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 # The README's short main job. Its held-out groups (4 samples of a task) are part of what the
 # later commands train on: `trainer run` and `replay train` need groups whose rewards differ.
-SHORT = (
-    " --set trainer.steps=2 --set evaluation.every=2 --set evaluation.tasks=2"
-    " --set evaluation.samples_per_task=2 --set tasks.per_step=2"
-)
+# Updates and evaluations keep their groups of 4 (the training and replay blocks below train on
+# this run's log with groups of 4, and the replay needs rewarded episodes): only fewer held-out
+# tasks are evaluated.
+SHORT = " --set trainer.steps=2 --set evaluation.every=2 --set evaluation.tasks=2"
 READY = r"running; press Ctrl-C to stop"
 VLLM_PORT = r"vllm\s+http://127\.0\.0\.1:(\d+)/v1"
 PROXY_READY = r"openforge proxy.* listening on http://127\.0\.0\.1:8100"
@@ -96,7 +96,7 @@ def _harness_runs(names: tuple[str, ...]) -> Spec:
 
 _DEMO = load_config(ROOT / "examples" / "cpu-demo.toml")
 DEMO_RUN = Path(_DEMO.run.output_dir).relative_to(ROOT)  # runs/cpu-demo
-DEMO_PER_UPDATE = 2 * _DEMO.rollouts.samples_per_task  # episodes per update (SHORT: 2 tasks)
+DEMO_PER_UPDATE = _DEMO.tasks.per_step * _DEMO.rollouts.samples_per_task  # episodes per update
 
 
 def _main_job_in_depth(work: Path, output: str) -> None:
@@ -224,7 +224,7 @@ SPECS: dict[str, Spec] = {
     ".venv/bin/openforge train --show-config": Spec(expect=(r"\[trainer\]", r"\nsteps = ")),
     ".venv/bin/openforge model warm-start": Spec(capture={"MODEL_DIR": r"(/\S+)\s*\Z"}),
     ".venv/bin/openforge trainer run --episodes local:runs/cpu-demo/log --model MODEL_DIR "
-    "--out runs/trainer --group-size 4 --steps 2": Spec(
+    "--out runs/trainer --group-size 4 --groups-per-batch 1 --steps 2": Spec(
         expect=(r"2 steps, policy version 0 \(no --vllm",), timeout=900
     ),
     '.venv/bin/openforge query --run runs/cpu-demo "SELECT harness, count(*) AS episodes, '
