@@ -102,7 +102,12 @@ class EpisodeSource:
                 raise ConfigError(f"no archive at {root}")
             self._archive = read_archive(root, Episode)
         else:
-            self._reader = open_reader(url, [EPISODES_TOPIC], group=group)
+            # A trainer killed without leaving its consumer group holds its partitions until its
+            # session times out: the broker's shortest (6 s, not 10) lets a restarted one in.
+            self._reader = open_reader(
+                url, [EPISODES_TOPIC], group=group, session_timeout_ms=6000,
+                heartbeat_interval_ms=2000,
+            )  # fmt: skip
 
     def poll(self, timeout: float = 1.0) -> list[tuple[Episode, Position | None]]:
         """Episodes with their log position ((topic, partition), offset); None from archives."""

@@ -2,7 +2,7 @@
 proxy, the pipeline and the trainer as three processes on a 4-partition Kafka log, simulated
 users in all three dialects (nobody registers a rollout), feedback late for some sessions and
 never for others, a rule over the recorded calls as the second reward source. Each service is
-restarted once mid-traffic (the pipeline and the trainer SIGKILLed, the proxy stopped); then
+restarted once mid-traffic (the pipeline and then the trainer SIGKILLed, the proxy stopped); then
 every answered call is recorded once, every session with feedback is trained on exactly once
 with both rewards, every session without it is dead-lettered, a reward after training is
 counted and not applied, and the served policy version advanced across the restarts."""
@@ -131,10 +131,10 @@ def _warm_up(vllm: VLLMServer) -> None:
 
 
 def _restart_each(services: ServicesApart, out: Path) -> dict[str, int]:
-    """Restart each service once while the users keep going; the proxy's policy version at
-    each restart."""
+    """Restart each service once while the users keep going (the trainer while the pipeline is
+    still coming back); the proxy's policy version at each restart."""
     seen: dict[str, int] = {}
-    for service, after in ((Service.PIPELINE, 1), (Service.TRAINER, 2), (Service.PROXY, 3)):
+    for service, after in ((Service.PIPELINE, 1), (Service.TRAINER, 1), (Service.PROXY, 2)):
         _until(f"{after} updates", partial(_at_least, out, after), services, timeout=240)
         seen[service.value] = services.policy_version()
         if service is Service.PROXY:
@@ -142,7 +142,7 @@ def _restart_each(services: ServicesApart, out: Path) -> dict[str, int]:
         else:
             services.kill(service)
         services.start(service)
-    _until("4 updates", partial(_at_least, out, 4), services, timeout=240)
+    _until("3 updates", partial(_at_least, out, 3), services, timeout=240)
     return seen
 
 
@@ -209,6 +209,6 @@ def _check(
     # The served policy advanced through every restart, and the calls' tokens carried it.
     lines = (out / "trainer" / "versions.jsonl").read_text().splitlines()
     versions = [json.loads(line)["version"] for line in lines]
-    assert versions == sorted(set(versions)) and served == versions[-1] >= 4, versions
+    assert versions == sorted(set(versions)) and served == versions[-1] >= 3, versions
     assert 1 <= restarts["pipeline"] <= restarts["trainer"] <= restarts["proxy"], restarts
-    assert len(book.versions_stamped) >= 3 and max(book.versions_stamped) >= restarts["proxy"]
+    assert len(book.versions_stamped) >= 2 and max(book.versions_stamped) >= restarts["proxy"]
