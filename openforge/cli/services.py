@@ -67,8 +67,10 @@ def up(
     from infra.tiny_model import build_tiny_model
 
     console = Console()
-    # SIGTERM stops us as cleanly as Ctrl-C does.
+    # SIGTERM stops us as cleanly as Ctrl-C does; SIGINT too where a shell started us in the
+    # background (it ignores SIGINT there, and Python then keeps ignoring it).
     signal.signal(signal.SIGTERM, signal.default_int_handler)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     with contextlib.ExitStack() as stack:
         if kafka:
             with console.status("starting Kafka broker"):
