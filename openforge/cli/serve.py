@@ -8,6 +8,7 @@ them all on Ctrl-C or SIGTERM. ``openforge traffic`` plays simulated users again
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 import time
@@ -21,6 +22,7 @@ from openforge.cli.paths import absolute_location
 from openforge.cli.pipeline import ON_MISSING_REWARD, REWARD_REQUIRED, REWARD_WEIGHTS
 
 if TYPE_CHECKING:
+    from infra.proxy_client import ProxyAdmin
     from openforge.serve.apart import ApartConfig
 
 
@@ -124,6 +126,7 @@ def traffic(
 ) -> None:
     """Simulated users: multi-turn sessions in all three dialects through a proxy in open
     mode, with feedback late for some sessions and never for others; prints the counts."""
+    from infra.proxy_client import ProxyAdmin
     from openforge.traffic.simulate import TrafficConfig, run
 
     if feedback_token_file is not None:
@@ -133,9 +136,10 @@ def traffic(
         feedback_delay_s=(0.0, feedback_delay), max_tokens=max_tokens,
         feedback_token=feedback_token, seed=seed,
     )  # fmt: skip
-    keep_going = (lambda: True) if until_version is None else _below(proxy, until_version)
-    counts = run(cfg, keep_going).counts()
-    version = _version(proxy)
+    with contextlib.closing(ProxyAdmin(proxy.rstrip("/"), timeout=10)) as admin:
+        keep_going = (lambda: True) if until_version is None else _below(admin, until_version)
+        counts = run(cfg, keep_going).counts()
+        version = admin.policy_version()
     typer.echo(json.dumps({**counts, "policy_version": version}))
     if counts["calls_answered"] == 0:
         raise typer.Exit(1)  # nothing succeeded
@@ -147,21 +151,14 @@ def traffic(
         raise typer.Exit(1)
 
 
-def _version(proxy: str) -> int:
-    import httpx
-
-    resp = httpx.get(f"{proxy.rstrip('/')}/admin/policy", timeout=10)
-    resp.raise_for_status()
-    return int(resp.json()["version"])
-
-
-def _below(proxy: str, version: int) -> Callable[[], bool]:
-    """Whether the proxy still stamps a version below ``version`` (checked once a second)."""
-    last = [0.0, True]
+def _below(admin: ProxyAdmin, version: int) -> Callable[[], bool]:
+    """Whether the proxy still stamps a version below ``version`` (asked once a second)."""
+    asked, below = 0.0, True
 
     def check() -> bool:
-        if time.monotonic() - float(last[0]) >= 1.0:
-            last[0], last[1] = time.monotonic(), _version(proxy) < version
-        return bool(last[1])
+        nonlocal asked, below
+        if time.monotonic() - asked >= 1.0:
+            asked, below = time.monotonic(), admin.policy_version() < version
+        return below
 
     return check

@@ -29,7 +29,8 @@ import httpx
 
 from infra.eventlog.urls import parse_url
 from infra.local.process import ServiceProcess
-from schemas.errors import ConfigError, OpenForgeError
+from infra.proxy_client import ProxyAdmin
+from schemas.errors import ConfigError, OpenForgeError, ServiceError
 
 
 class Service(Enum):
@@ -144,6 +145,7 @@ class ServicesApart:
         self.feedback_token = credential(config.out / "feedback-token")
         self.processes: dict[Service, ServiceProcess] = {}
         self.starts: dict[Service, int] = {s: 0 for s in Service}
+        self.admin = ProxyAdmin(config.proxy_url, timeout=5)  # its public routes only
 
     def __enter__(self) -> ServicesApart:
         return self
@@ -151,6 +153,7 @@ class ServicesApart:
     def __exit__(self, *exc: object) -> None:
         for service in reversed(list(self.processes)):
             self.stop(service)
+        self.admin.close()
 
     def start(self, service: Service, ready_s: float = 180.0) -> None:
         """Start ``service`` and wait until it serves: the proxy answers /health; the trainer
@@ -196,9 +199,10 @@ class ServicesApart:
 
     def _proxy_up(self) -> bool:
         try:
-            return httpx.get(f"{self.config.proxy_url}/health", timeout=2).status_code == 200
-        except httpx.TransportError:
+            self.admin.health()
+        except ServiceError:  # not up yet (refused), or up and not yet healthy (503)
             return False
+        return True
 
     def _adapter_served(self) -> bool:
         try:
@@ -209,9 +213,7 @@ class ServicesApart:
 
     def policy_version(self) -> int:
         """The version the proxy stamps now."""
-        resp = httpx.get(f"{self.config.proxy_url}/admin/policy", timeout=5)
-        resp.raise_for_status()
-        return int(resp.json()["version"])
+        return self.admin.policy_version()
 
 
 @contextmanager

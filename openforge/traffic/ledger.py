@@ -10,12 +10,12 @@ ids.
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
 from infra.eventlog import DEAD_LETTER_TOPIC, EPISODES_TOPIC, EVENTS_TOPIC, records_in
+from openforge.query.lineage import consumed
 from openforge.traffic.simulate import TrafficReport
 from openforge.traffic.users import SessionResult
 from schemas.completion import CompletionEvent
@@ -31,11 +31,9 @@ def rollout_of(result: SessionResult) -> str:
 
 
 def trained_ids(trainer_out: Path) -> list[str]:
-    """The episode ids of every update in the trainer's ``consumed.jsonl``, in order."""
-    ledger = trainer_out / "consumed.jsonl"
-    if not ledger.exists():
-        return []
-    return [e for line in ledger.read_text().splitlines() for e in json.loads(line)["episodes"]]
+    """The episode ids of every update in the trainer's ``consumed.jsonl``, in step order."""
+    steps = consumed(trainer_out / "consumed.jsonl")
+    return [e for _, ids in sorted(steps.items()) for e in ids]
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ from infra.eventlog import DEAD_LETTER_TOPIC, EPISODES_TOPIC, EVENTS_TOPIC, reco
 from infra.local.kafka import KafkaBroker
 from infra.local.process import free_port
 from infra.local.vllm import VLLMServer
+from openforge.query.lineage import consumed
 from openforge.serve.apart import ApartConfig, Service, ServicesApart, services_apart
 from openforge.traffic.ledger import LATE, ledger, rollout_of, trained_ids
 from openforge.traffic.simulate import TrafficConfig, TrafficReport, run
@@ -44,8 +45,7 @@ def _until(what: str, done: Callable[[], bool], services: ServicesApart, timeout
 
 
 def _updates(out: Path) -> int:
-    ledger = out / "trainer" / "consumed.jsonl"
-    return len(ledger.read_text().splitlines()) if ledger.exists() else 0
+    return len(consumed(out / "trainer" / "consumed.jsonl"))
 
 
 def _at_least(out: Path, updates: int) -> bool:
