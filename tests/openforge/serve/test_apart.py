@@ -181,7 +181,9 @@ def _check(
     url: str, out: Path, report: TrafficReport, restarts: dict[str, int], served: int, late: str
 ) -> None:
     counts = report.counts()
-    assert counts["calls_failed"] == 0 and counts["feedback_failed"] == 0, counts
+    why = [(r.plan.session, r.errors, r.feedback_error) for r in report.results
+           if r.failed or r.feedback_error]  # fmt: skip
+    assert counts["calls_failed"] == 0 and counts["feedback_failed"] == 0, (counts, why)
     assert counts["feedback_posted"] >= 3 and counts["feedback_never"] >= 1, counts
     assert counts["calls_retried"] >= 1, counts  # the proxy's restart was seen, and ridden out
 
