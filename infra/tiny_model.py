@@ -9,6 +9,7 @@ and the proxy's renderer both work on it.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import random
@@ -135,12 +136,28 @@ def build_tiny_model(out_dir: Path, seed: int = 0, spec: TinyModelSpec | None = 
     """Build (or reuse) the tiny model in ``out_dir``; returns ``out_dir``.
 
     A directory holding a ``openforge-tiny.json`` stamp with the same seed and spec is reused.
+    Processes building the same directory at once (the suite's workers) take turns on a lock
+    file beside it: the first builds, the others reuse its model.
     """
     spec = spec or TinyModelSpec()
     stamp = {"seed": seed, "spec": asdict(spec), "format": 1}
     stamp_path = out_dir / "openforge-tiny.json"
-    if stamp_path.exists() and json.loads(stamp_path.read_text()) == stamp:
+    if _stamped(stamp_path, stamp):
         return out_dir
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    with open(out_dir.parent / f"{out_dir.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not _stamped(stamp_path, stamp):
+            _build(out_dir, spec, seed)
+            stamp_path.write_text(json.dumps(stamp, sort_keys=True))
+    return out_dir
+
+
+def _stamped(stamp_path: Path, stamp: dict[str, object]) -> bool:
+    return stamp_path.exists() and json.loads(stamp_path.read_text()) == stamp
+
+
+def _build(out_dir: Path, spec: TinyModelSpec, seed: int) -> None:
     try:
         import transformers  # noqa: F401
     except ImportError as exc:
@@ -153,8 +170,6 @@ def build_tiny_model(out_dir: Path, seed: int = 0, spec: TinyModelSpec | None = 
 
     vocab = len(AutoTokenizer.from_pretrained(str(out_dir)))
     _build_weights(out_dir, spec, seed, vocab_size=max(vocab, spec.vocab_size))
-    stamp_path.write_text(json.dumps(stamp, sort_keys=True))
-    return out_dir
 
 
 def directory_digest(path: Path) -> str:

@@ -1,6 +1,13 @@
 """Session fixtures that start the real local services, and the suite's leftover-process check.
 
 Services start lazily: a test run that needs no broker starts none.
+
+The suite runs on two pytest-xdist workers (``-n 2 --dist loadgroup`` in pyproject.toml), each a
+session of its own with its own services. A machine has one kubelet (it owns kube-router's
+firewall chains and the CRI's network namespaces), so every module that starts a real node, the
+README's blocks among them (they also share ``runs/`` and ports 8100 and 8200), is in the
+``real-node`` group (``pytestmark = pytest.mark.xdist_group("real-node")``): one worker runs the
+whole group, in order. ``-n 0`` runs everything in one process.
 """
 
 from __future__ import annotations
@@ -56,12 +63,12 @@ def vllm_server(tiny_model_dir: Path) -> Iterator[VLLMServer]:
         yield server
 
 
-def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    """Fail the run if any service process outlived its fixture (and clean it up)."""
+@pytest.fixture(scope="session", autouse=True)
+def no_leftover_processes() -> Iterator[None]:
+    """Fail the session (each worker's) if any service process outlived its fixture, and clean
+    it up. Set up first, so torn down last: after every other session fixture's services."""
+    yield
     left = leftover_processes(os.getpid())
     if left:
-        session.config.pluginmanager.get_plugin("terminalreporter").write_line(  # type: ignore[union-attr]
-            f"FAILED: service processes left running after the suite: {left}", red=True
-        )
         kill_tagged(f"{os.getpid()}.")
-        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        pytest.fail(f"service processes left running after the suite: {left}")
