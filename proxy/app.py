@@ -146,8 +146,9 @@ async def _bug(request: Request, exc: Exception) -> Response:
 def _open_log(config: ProxyConfig) -> EventLogWriter:
     """The event log's writer, its topic made first (on Kafka, with the URL's partitions; an
     existing topic is left as it is). Called by the publisher's thread, which spools while
-    this raises."""
-    create_topics(config.log_url, [EVENTS_TOPIC])
+    this raises: within about 5 s when the broker is down, as the writer's own bootstrap, so
+    a call's record is spooled well within its ``record_timeout``."""
+    create_topics(config.log_url, [EVENTS_TOPIC], timeout_s=5.0)
     return open_writer(config.log_url, fsync=config.log_fsync)
 
 

@@ -17,7 +17,7 @@ from starlette.requests import Request
 from proxy.bodies import read_object
 from proxy.errors import ProxyError
 from proxy.rollouts import KEY_PREFIX, Rollout
-from proxy.sessions import session_rollout
+from proxy.sessions import ClientSessions, session_rollout
 from proxy.state import ProxyState
 
 
@@ -42,6 +42,14 @@ def session_identity(request: Request, headers: list[str]) -> str | None:
             continue
         return value
     return None
+
+
+def _client(state: ProxyState, request: Request) -> str | None:
+    """The caller's client (hashed), by ``session_client_header``; None when that is unset or
+    the call does not carry it."""
+    header = state.config.session_client_header
+    value = request.headers.get(header) if header else None
+    return ClientSessions.client_of(value) if value else None
 
 
 def _finished(rollout_id: str) -> ProxyError:
@@ -103,7 +111,7 @@ def attribute(state: ProxyState, request: Request) -> Rollout:
     if state.config.open_mode:
         session = session_identity(request, state.config.session_headers)
         if session:
-            return session_rollout(state, session)
+            return session_rollout(state, session, _client(state, request))
         raise ProxyError(
             401,
             "open mode: no session identity header "

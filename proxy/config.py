@@ -56,6 +56,12 @@ class ProxyConfig:
             0 keeps sessions open until finished (see :mod:`proxy.sessions`).
         session_headers: headers that carry a session identity in open mode, in priority order
             (``traceparent`` contributes its trace id).
+        session_client_header: open mode: a header that names the client (e.g.
+            ``authorization``: each person's own key). A call that starts a new session of a
+            client ends that client's previous session if it has no call waiting or in flight
+            (recorded ``finished``, "a new session of its client"). None (default): sessions end
+            only when idle or finished; a client running sessions side by side (sub-agents with
+            sessions of their own) would otherwise end its own. Values are kept hashed.
         record_bodies: record request and response bodies (False: both are left out of every
             completion event; token ids, logprobs and the rest stay: see the README).
         redaction: ``mask`` (default) replaces secrets in recorded text by ``[REDACTED:NAME]``;
@@ -119,6 +125,7 @@ class ProxyConfig:
             "traceparent",
         ]
     )
+    session_client_header: str | None = None
     record_bodies: bool = True
     max_body_bytes: int = 32 * 1024 * 1024
     max_admin_body_bytes: int = 64 * 1024
@@ -170,6 +177,13 @@ class ProxyConfig:
                 "session_idle_timeout must be 0 (sessions end only when finished) or a "
                 "positive number of seconds"
             )
+        if self.session_client_header is not None:
+            self.session_client_header = self.session_client_header.strip().lower()
+            if not self.open_mode or not self.session_client_header:
+                raise ConfigError(
+                    "session_client_header needs open mode (--open) and a header name, e.g. "
+                    "--session-client-header authorization"
+                )
         for name in ("body_timeout", "record_timeout", "pause_timeout"):
             if not getattr(self, name) > 0:
                 raise ConfigError(f"{name} must be a positive number of seconds")

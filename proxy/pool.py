@@ -94,6 +94,12 @@ class WorkerPool:
     ) -> None:
         if n < 1:
             raise ConfigError(f"--workers must be 1 or more, not {n}")
+        if n > 1 and config.session_client_header is not None:
+            raise ConfigError(
+                "--session-client-header needs --workers 1: the front sends each session to the "
+                "worker of its identity, so one client's sessions are on several workers and "
+                "none sees them all"
+            )
         self.config, self.n, self.host = config, n, host
         self.unix_socket, self.port_base = unix_socket, worker_port_base
         self.ready_timeout = ready_timeout

@@ -7,7 +7,10 @@ A session's rollout ends
 - after ``session_idle_timeout`` seconds with no call (none waiting or in flight): the
   :class:`SessionReaper` records it ``finished`` with the reason, so the pipeline can assemble
   its episode and the proxy forgets it;
-- on an explicit end (``POST /admin/rollouts/R/finish``), as any rollout.
+- on an explicit end (``POST /admin/rollouts/R/finish``), as any rollout;
+- with ``session_client_header`` set, when its client starts a new session and it has no call
+  waiting or in flight (:class:`ClientSessions`): the harness moved on, so the episode need not
+  wait out the idle time.
 
 A later call of the same session is never refused for that: it starts the session's next
 rollout. The first is ``session-<identity>``; while that one is remembered as finished, the next
@@ -21,22 +24,58 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import logging
 import time
 from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
 
 from proxy.rollouts import Rollout
-from proxy.state import ProxyState
 from schemas.enums import RolloutPhase
+
+if TYPE_CHECKING:
+    from proxy.state import ProxyState
 
 log = logging.getLogger(__name__)
 
 MAX_SWEEP_INTERVAL = 60.0  # seconds between sweeps, at most
 
 
-def session_rollout(state: ProxyState, identity: str) -> Rollout:
+NEW_SESSION = "a new session of its client"
+
+
+class ClientSessions:
+    """Each client's latest session (``session_client_header``), by a hash of the client's
+    header value (a credential is never kept). Entries whose session has ended are dropped at
+    each idle sweep, so it holds about one entry per live session."""
+
+    def __init__(self) -> None:
+        self._latest: dict[str, str] = {}
+
+    @staticmethod
+    def client_of(value: str) -> str:
+        return hashlib.sha256(value.encode()).hexdigest()[:32]
+
+    def switch(self, client: str, identity: str) -> str | None:
+        """Record ``identity`` as ``client``'s latest session; the one it replaces, if other."""
+        previous = self._latest.get(client)
+        self._latest[client] = identity
+        return previous if previous != identity else None
+
+    def prune(self, live: set[str]) -> None:
+        """Forget the clients whose latest session is not in ``live``."""
+        self._latest = {c: s for c, s in self._latest.items() if s in live}
+
+    def __len__(self) -> int:
+        return len(self._latest)
+
+
+def session_rollout(state: ProxyState, identity: str, client: str | None = None) -> Rollout:
     """The live rollout of session ``identity``; its next one (registered, its start recorded)
-    when it has none."""
+    when it has none. ``client``: the caller's client (hashed), whose previous session ends
+    here if it is idle (see the module docstring)."""
+    if client is not None:
+        _end_previous(state, state.clients.switch(client, identity))
     first = f"session-{identity}"
     live = state.rollouts.by_session(identity) or state.rollouts.get(first)  # or registered
     if live is not None:
@@ -49,6 +88,14 @@ def session_rollout(state: ProxyState, identity: str) -> Rollout:
     )
     state.recorder.started(rollout)
     return rollout
+
+
+def _end_previous(state: ProxyState, previous: str | None) -> None:
+    """End session ``previous``'s live rollout unless a call of it is waiting or in flight
+    (that one the idle sweep ends). The end is recorded before the new session's start."""
+    rollout = state.rollouts.by_session(previous) if previous is not None else None
+    if rollout is not None and rollout.idle_for(time.monotonic()) > 0:
+        state.end_soon(rollout, RolloutPhase.FINISHED, backend="proxy", message=NEW_SESSION)
 
 
 class SessionReaper:
@@ -73,6 +120,8 @@ class SessionReaper:
             message = f"session idle for {self.timeout:g} s"
             await self.state.end(rollout, RolloutPhase.FINISHED, backend="proxy", message=message)
             self.ended += 1
+        live = {r.session for r in self.state.rollouts.live() if r.session is not None}
+        self.state.clients.prune(live)
         return len(idle)
 
     async def run(self) -> None:

@@ -9,11 +9,12 @@ from __future__ import annotations
 from proxy.config import ProxyConfig
 from proxy.gate import Gate
 from proxy.metrics import ProxyMetrics
-from proxy.publisher import Publisher
+from proxy.publisher import Publisher, Receipt
 from proxy.recorder import Recorder
 from proxy.redaction import Redactor
 from proxy.render import Renderer
 from proxy.rollouts import Rollout, RolloutRegistry
+from proxy.sessions import ClientSessions
 from proxy.swap_state import remembered
 from proxy.upstream import Upstream
 from schemas.enums import RolloutPhase
@@ -39,6 +40,7 @@ class ProxyState:
         self.message_limit = message_limit
         self.metrics = metrics if metrics is not None else ProxyMetrics()
         self.rollouts = RolloutRegistry(config.finished_rollouts)
+        self.clients = ClientSessions()  # open mode with session_client_header
         self.recorder = Recorder(
             publisher,
             redactor_of(config),
@@ -68,11 +70,27 @@ class ProxyState:
     ) -> None:
         """Record the rollout's end and evict it from the live rollouts (a late reward still
         finds it, :meth:`RolloutRegistry.finish`); return once that record is durable."""
+        receipt = self.end_soon(
+            rollout, phase, backend=backend, exit_code=exit_code, message=message
+        )
+        await self.recorder.durable(receipt)
+
+    def end_soon(
+        self,
+        rollout: Rollout,
+        phase: RolloutPhase,
+        *,
+        backend: str | None = None,
+        message: str | None = None,
+        exit_code: int | None = None,
+    ) -> Receipt:
+        """:meth:`end` without waiting: the end record is queued (published in order, before
+        any record queued after it) and the rollout evicted; its receipt to await."""
         receipt = self.recorder.ended(
             rollout, phase, backend=backend, exit_code=exit_code, message=message
         )
         self.rollouts.finish(rollout, phase)
-        await self.recorder.durable(receipt)
+        return receipt
 
     @property
     def body_limit(self) -> int:

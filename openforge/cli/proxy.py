@@ -79,6 +79,13 @@ def proxy(
             "(its next call starts the next one); 0: only an explicit finish ends it."
         ),
     ] = 1800.0,
+    session_client_header: Annotated[
+        str | None,
+        typer.Option(
+            help="Open mode: a header naming the client (e.g. authorization); a client's new "
+            "session ends its previous one if that one has no call in flight (one worker only)."
+        ),
+    ] = None,
     no_bodies: Annotated[
         bool,
         typer.Option(
@@ -173,6 +180,7 @@ def proxy(
         require_keys=require_keys,
         open_mode=open_mode,
         session_idle_timeout=session_idle,
+        session_client_header=session_client_header,
         record_bodies=not no_bodies,
         max_concurrency=max_concurrency,
         policy_version=policy_version,

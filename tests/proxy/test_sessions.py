@@ -23,6 +23,8 @@ from openforge.testing.proxy import (
     running_proxy,
 )
 from proxy.config import ProxyConfig
+from proxy.pool import WorkerPool
+from proxy.sessions import NEW_SESSION
 from schemas.enums import RolloutPhase
 from schemas.errors import ConfigError
 from schemas.reward import RewardEvent
@@ -134,6 +136,84 @@ def test_the_proxy_remembers_a_bounded_number_of_sessions(
             assert _call(p, f"s{i}-{uuid.uuid4().hex[:6]}") == 200
         _until("every session ends", lambda: len(p.state.rollouts) == 0)
         assert p.state.rollouts.finished_count == 10
+
+
+def _client_call(p: RunningProxy, session: str, client: str) -> int:
+    headers = {"session-id": session, "authorization": f"Bearer {client}"}
+    url = f"{p.url}/v1/chat/completions"
+    return httpx.post(url, json=CHAT, headers=headers, timeout=60).status_code
+
+
+def test_a_new_session_of_a_client_ends_its_previous_idle_one(
+    vllm_server: VLLMServer, tmp_path: Path
+) -> None:
+    """By ``authorization``: client A's second session ends its first (recorded before the
+    second starts); client B's session is not A's to end; A's first session coming back starts
+    its next rollout and ends A's second; a session with a call in flight is left to the idle
+    sweep; and the clients are remembered only while their session is live, hashed."""
+    config = proxy_config(
+        vllm_server.base_url, tmp_path, open_mode=True, session_idle_timeout=1.0,
+        session_client_header="Authorization",
+    )  # fmt: skip
+    a1, a2, b1 = (f"{n}-{uuid.uuid4().hex[:6]}" for n in ("a1", "a2", "b1"))
+    with running_proxy(config) as p:
+        assert _client_call(p, a1, "key-a") == 200 and _client_call(p, b1, "key-b") == 200
+        assert _client_call(p, a2, "key-a") == 200
+        assert p.state.rollouts.by_session(a1) is None  # ended by A's new session
+        assert p.state.rollouts.by_session(b1) is not None  # B's own
+        assert _client_call(p, a1, "key-a") == 200  # A back on its first session
+        again = p.state.rollouts.by_session(a1)
+        assert again is not None and again.rollout_id.startswith(f"session-{a1}.")
+        assert p.state.rollouts.by_session(a2) is None
+        assert "key-a" not in repr(p.state.clients.__dict__)  # hashed
+        _until("every session idle", lambda: len(p.state.rollouts) == 0)
+        _until("the clients forgotten", lambda: len(p.state.clients) == 0, timeout=3)
+        p.flush()
+    ends = {(rid, msg) for rid, phase, msg in _phases(config.log_url, a1) + _phases(
+        config.log_url, a2) if phase is RolloutPhase.FINISHED}  # fmt: skip
+    assert (f"session-{a1}", NEW_SESSION) in ends and (f"session-{a2}", NEW_SESSION) in ends
+    assert (again.rollout_id, "session idle for 1 s") in ends
+    order = [(r.rollout_id, r.phase) for r in read_events(config.log_url, group="o", want=1)
+             if isinstance(r, RolloutEvent)]  # fmt: skip
+    assert order.index((f"session-{a1}", RolloutPhase.FINISHED)) < order.index(
+        (f"session-{a2}", RolloutPhase.STARTED)
+    )
+
+
+def test_a_session_with_a_call_waiting_is_not_ended_by_its_clients_next(
+    vllm_server: VLLMServer, tmp_path: Path
+) -> None:
+    config = proxy_config(
+        vllm_server.base_url, tmp_path, open_mode=True, session_client_header="authorization"
+    )  # fmt: skip
+    first, second = uuid.uuid4().hex[:8], uuid.uuid4().hex[:8]
+    with running_proxy(config) as p:
+        assert _client_call(p, first, "k") == 200
+        rollout = p.state.rollouts.by_session(first)
+        assert httpx.post(f"{p.url}/admin/pause", headers=p.admin_headers).status_code == 200
+        codes: list[int] = []
+        held = threading.Thread(target=lambda: codes.append(_client_call(p, first, "k")))
+        held.start()
+        _until("the call waits at the gate", lambda: rollout is not None and rollout.idle_for(
+            time.monotonic()) == 0)  # fmt: skip
+        nxt = threading.Thread(target=lambda: codes.append(_client_call(p, second, "k")))
+        nxt.start()
+        _until("the second session starts", lambda: p.state.rollouts.by_session(second))
+        assert p.state.rollouts.by_session(first) is rollout  # still live: a call of it waits
+        assert httpx.post(f"{p.url}/admin/resume", headers=p.admin_headers).status_code == 200
+        held.join(60)
+        nxt.join(60)
+        assert codes == [200, 200]
+    events = read_events(config.log_url, group="calls", want=1)
+    assert len(completions_of(events, f"session-{first}")) == 2
+
+
+def test_the_client_header_needs_open_mode_and_one_worker(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="open mode"):
+        ProxyConfig(upstream_url="http://x", session_client_header="authorization")
+    config = ProxyConfig(upstream_url="http://x", open_mode=True, session_client_header="a")
+    with pytest.raises(ConfigError, match="--workers 1"):
+        WorkerPool(config, 2, "127.0.0.1", None, None)
 
 
 def test_a_negative_idle_time_is_refused() -> None:
