@@ -105,7 +105,13 @@ def train(cfg: TrainerConfig) -> dict[str, Any]:
     """Run the loop; under torchrun every rank calls this and rank 0 leads (``trainer.ranks``)."""
     backend = make_backend(cfg.backend, cfg.model_dir, cfg.lora_rank, cfg.lr, cfg.seed)
     ranks = Ranks.current()
-    state = checkpoint.load_latest(_checkpoints(cfg), backend) or checkpoint.TrainerState()
+    resumed = checkpoint.load_latest(_checkpoints(cfg), backend)
+    state = resumed or checkpoint.TrainerState()
+    if resumed is not None and ranks.lead:
+        logger.warning(
+            "resumed from the checkpoint of step %d (policy version %d, %d episodes trained)",
+            resumed.step, resumed.policy_version, len(resumed.seen),
+        )  # fmt: skip
     if not ranks.lead:
         return _follow(cfg, backend, ranks, state)
     with _Lead(cfg, backend, ranks, state) as lead:

@@ -20,6 +20,7 @@ import typer
 
 from openforge.cli.paths import absolute_location
 from openforge.cli.pipeline import ON_MISSING_REWARD, REWARD_REQUIRED, REWARD_WEIGHTS
+from trainer.backends import BackendName
 
 if TYPE_CHECKING:
     from infra.proxy_client import ProxyAdmin
@@ -60,6 +61,12 @@ def serve(
     max_staleness: Annotated[
         int, typer.Option(help="Drop an episode more policy versions behind than this.")
     ] = 8,
+    trainer_backend: Annotated[
+        BackendName, typer.Option(help="cpu (the reference, one process) or verl (veRL's FSDP).")
+    ] = BackendName.CPU,
+    trainer_ranks: Annotated[
+        int, typer.Option(help="Trainer processes under torchrun, one per GPU (verl only).")
+    ] = 1,
 ) -> None:
     """Serve live traffic and train on it: proxy, pipeline and trainer as three processes."""
     from openforge.serve.apart import ApartConfig, Service, ServicesApart
@@ -69,6 +76,7 @@ def serve(
         lateness_s=lateness, reward_weights=tuple(reward_weight or ("feedback=1",)),
         reward_required=tuple(reward_required or ()), on_missing_reward=on_missing_reward, lr=lr,
         episodes_per_update=episodes_per_update, max_staleness=max_staleness,
+        trainer_backend=trainer_backend, trainer_ranks=trainer_ranks,
     )  # fmt: skip
     # SIGTERM stops like Ctrl-C; SIGINT too where a shell started this in the background.
     signal.signal(signal.SIGTERM, signal.default_int_handler)

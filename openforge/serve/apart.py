@@ -7,7 +7,9 @@ run --serve-at-start`` from the episodes, hot-loading each update into vLLM and 
 proxy's policy version. Any one can be stopped, killed and started again on its own: the proxy
 remembers its policy version (``proxy.policy_version``), the pipeline writes each episode once
 (``pipeline.sinks``), the trainer resumes from its checkpoint and its consumer group's offsets
-(nothing trained twice: ``trainer.checkpoint``).
+(nothing trained twice: ``trainer.checkpoint``). With ``trainer_ranks`` > 1 the trainer is
+``torchrun --nproc_per_node N`` over veRL's FSDP engine (one rank per GPU; gloo on CPU): rank 0
+reads the stream and syncs the weights, every rank updates (``trainer.ranks``).
 
 The admin and feedback credentials are generated once into ``out`` (mode 0600) and handed to
 the processes in their environment, never on a command line.
@@ -31,6 +33,7 @@ from infra.eventlog.urls import parse_url
 from infra.local.process import ServiceProcess
 from infra.proxy_client import ProxyAdmin
 from schemas.errors import ConfigError, OpenForgeError, ServiceError
+from trainer.backends import BackendName
 
 
 class Service(Enum):
@@ -50,7 +53,9 @@ class ApartConfig:
     each command line. ``max_staleness``: the trainer drops an episode whose oldest tokens are
     more policy versions behind than this (counted as ``stream/stale_dropped``);
     ``episodes_per_update``: each update waits for that many episodes (a session is its own
-    group: live traffic has no task to compare within); None: each takes what is ready."""
+    group: live traffic has no task to compare within); None: each takes what is ready.
+    ``trainer_backend``: ``cpu`` (the reference, one process) or ``verl``; ``trainer_ranks``:
+    processes under torchrun (``verl`` only)."""
 
     log_url: str
     vllm_url: str
@@ -66,6 +71,8 @@ class ApartConfig:
     lr: float = 1e-3
     max_staleness: int = 8
     episodes_per_update: int | None = 4
+    trainer_backend: BackendName = BackendName.CPU
+    trainer_ranks: int = 1
     proxy_args: tuple[str, ...] = ()
     pipeline_args: tuple[str, ...] = ()
     trainer_args: tuple[str, ...] = ()
@@ -81,10 +88,21 @@ class ApartConfig:
                 f"({self.session_idle_s:g}) plus the longest call: a session's deadline runs "
                 "from its events, and it ends only after it has been idle that long"
             )
+        self._check_trainer()
         if not (self.model_dir / "config.json").exists():
             raise ConfigError(
                 f"{self.model_dir} holds no model (config.json): pass the directory vLLM serves "
                 "(e.g. one `openforge model build-tiny` wrote)"
+            )
+
+    def _check_trainer(self) -> None:
+        object.__setattr__(self, "trainer_backend", BackendName(self.trainer_backend))
+        if self.trainer_ranks < 1:
+            raise ConfigError(f"trainer_ranks must be at least 1, not {self.trainer_ranks}")
+        if self.trainer_ranks > 1 and self.trainer_backend is not BackendName.VERL:
+            raise ConfigError(
+                "several trainer ranks need the verl backend (the cpu reference is one "
+                "process): pass --trainer-backend verl, or --trainer-ranks 1"
             )
 
     @property
@@ -115,8 +133,14 @@ class ApartConfig:
                 "--on-missing-reward", self.on_missing_reward,
                 "--archive", str(self.out / "archive"), *self.pipeline_args,
             ]  # fmt: skip
+        if self.trainer_ranks > 1:  # rank 0 leads; every rank updates (trainer.ranks)
+            cli = [
+                self.python, "-m", "torch.distributed.run", "--standalone",
+                f"--nproc_per_node={self.trainer_ranks}", "-m", "openforge",
+            ]  # fmt: skip
         return [
-            *cli, "trainer", "run", "--episodes", self.log_url, "--model", str(self.model_dir),
+            *cli, "trainer", "run", "--backend", self.trainer_backend.value,
+            "--episodes", self.log_url, "--model", str(self.model_dir),
             "--out", str(self.out / "trainer"), "--vllm", self.vllm_url,
             "--proxy", self.proxy_url, "--serve-at-start", "--group-size", "1",
             "--lr", f"{self.lr:g}", "--max-staleness", str(self.max_staleness),
