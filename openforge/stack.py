@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import os
 import secrets
+import shutil
 import sys
+import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
@@ -193,12 +195,27 @@ def proxy_process(
         admin.close()
 
 
+# A Unix socket's path is at most 107 bytes (sun_path); leave room for the kernel's NUL.
+MAX_SOCKET_PATH = 100
+
+
+def _socket_path(out: Path, stack: ExitStack) -> Path:
+    """``out/proxy.sock``, or where ``out``'s path is too long for a Unix socket, one in a
+    short directory of its own under the temp dir (removed when ``stack`` closes)."""
+    socket = out / "proxy.sock"
+    if len(os.fsencode(socket)) <= MAX_SOCKET_PATH:
+        return socket
+    short = Path(tempfile.mkdtemp(prefix="openforge-proxy-"))
+    stack.callback(shutil.rmtree, short, ignore_errors=True)
+    return short / "proxy.sock"
+
+
 @contextmanager
 def serve(spec: StackSpec, say: Callable[[str], None] = print) -> Iterator[Stack]:
     """vLLM (per ``spec.vllm``) and the proxy in front of it, both stopped when the block ends."""
     spec.out.mkdir(parents=True, exist_ok=True)
-    socket = spec.out / "proxy.sock"
     with ExitStack() as stack:
+        socket = _socket_path(spec.out, stack)
         vllm: VLLMServer | None = None
         if spec.vllm is not None:
             served = spec.vllm

@@ -2,12 +2,12 @@
 
 Services start lazily: a test run that needs no broker starts none.
 
-The suite runs on two pytest-xdist workers (``-n 2 --dist loadgroup`` in pyproject.toml), each a
-session of its own with its own services. A machine has one kubelet (it owns kube-router's
-firewall chains and the CRI's network namespaces), so every module that starts a real node, the
-README's blocks among them (they also share ``runs/`` and ports 8100 and 8200), is in the
-``real-node`` group (``pytestmark = pytest.mark.xdist_group("real-node")``): one worker runs the
-whole group, in order. ``-n 0`` runs everything in one process.
+The suite runs on two pytest-xdist workers (``-n 2`` in pyproject.toml), each a session of its
+own with its own services. A machine has one kubelet (it owns kube-router's firewall chains and
+the CRI's network namespaces), so the modules that start a real node, the README's blocks among
+them (they also share ``runs/`` and ports 8100 and 8200, in order), are one unit of work that
+one worker runs whole, in order (:func:`pytest_xdist_make_scheduler`); every other test is a
+unit of its own. ``-n 0`` runs everything in one process.
 """
 
 from __future__ import annotations
@@ -15,8 +15,10 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from infra.local.kafka import KafkaBroker
 from infra.local.kube import LocalKube
@@ -25,6 +27,34 @@ from infra.local.vllm import VLLMServer
 from infra.tiny_model import build_tiny_model
 
 TINY_SEED = 0
+
+# Property tests check properties, not speed (that is bench/'s): no per-example deadline, and no
+# health check that times the data generation, whatever else runs beside them.
+settings.register_profile("openforge", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("openforge")
+
+# Test modules that start a real kubelet node (tests/test_suite.py finds them).
+REAL_NODE_MODULES = frozenset({
+    "tests/infra/local/test_kube_node.py",
+    "tests/openforge/test_tasks_cli.py",
+    "tests/openforge/train/test_run.py",
+    "tests/orchestrator/test_backend_contract.py",
+    "tests/orchestrator/test_kube_real_node.py",
+    "tests/readme/test_readme.py",
+})  # fmt: skip
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """xdist's scope scheduling with one scope for :data:`REAL_NODE_MODULES` and one per test
+    elsewhere (xdist's own ``loadgroup`` cannot group under pytest 9: it renames a private
+    attribute pytest 9 no longer reads). The largest scope is sent first."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class RealNodeTogether(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return "real-node" if nodeid.split("::", 1)[0] in REAL_NODE_MODULES else nodeid
+
+    return RealNodeTogether(config, log)
 
 
 @pytest.fixture(scope="session")

@@ -38,14 +38,19 @@ def open_writer(url: str, fsync: bool = True, **options: object) -> EventLogWrit
     return LocalLog(parsed.path).writer(fsync=fsync)
 
 
-def create_topics(url: str, topics: Sequence[str]) -> None:
+def create_topics(url: str, topics: Sequence[str], timeout_s: float | None = None) -> None:
     """Make sure ``topics`` exist: on Kafka, those missing are created (a reader started before
-    the first write then finds its topic); the local log needs nothing."""
+    the first write then finds its topic); the local log needs nothing. ``timeout_s``: give up
+    on a broker that does not answer after about this long (default: Kafka's 30 s)."""
     parsed = _log_url(url)
     if parsed.kind is LogKind.KAFKA:
         from infra.eventlog.kafka import ensure_topics
 
-        ensure_topics(parsed.where, list(topics), partitions=parsed.partitions)
+        limits = {} if timeout_s is None else {
+            "bootstrap_timeout_ms": int(timeout_s * 1000),
+            "request_timeout_ms": int(timeout_s * 2000),
+        }  # fmt: skip
+        ensure_topics(parsed.where, list(topics), partitions=parsed.partitions, **limits)
 
 
 def message_limit(url: str) -> int | None:

@@ -64,5 +64,5 @@ def main() -> None:
     try:
         app()
     except OpenForgeError as exc:
-        Console(stderr=True).print(f"[bold red]error:[/] {exc}")
+        Console(stderr=True, soft_wrap=True).print(f"[bold red]error:[/] {exc}")  # paths unbroken
         raise SystemExit(1) from None

@@ -51,6 +51,6 @@ def audit(
         )
     else:
         report = build(runs[0], step)
-    show(report, Console(), max_rows)
+    show(report, Console(soft_wrap=True), max_rows)
     if html is not None:
         typer.echo(f"wrote {page.write(report, html)}")

@@ -62,7 +62,7 @@ def sample(
     from infra.local.vllm import VLLMServer
     from infra.tiny_model import build_tiny_model
 
-    console = Console()
+    console = Console(soft_wrap=True)  # a path is never broken across lines
     model = build_tiny_model(default_tiny_dir(seed), seed=seed)
     with console.status("starting vLLM (20-40 s on CPU)"), VLLMServer(model) as server:
         resp = httpx.post(

@@ -85,7 +85,7 @@ def rescore(
     from orchestrator.environments import Environments
 
     enter_for_containers()
-    console = Console()
+    console = Console(soft_wrap=True)  # a path is never broken across lines
     cfg = RescoreConfig(run, tasks, verifier_version, to, concurrency, tuple(beam_arg or ()))
     report = run_rescore(cfg, Environments(sandbox()))
     table = Table(title=f"re-score with verifier version {report.version}")

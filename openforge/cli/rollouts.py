@@ -161,7 +161,7 @@ def run(
     from orchestrator.run import OrchestratorConfig
     from schemas.registry import choose
 
-    console = Console()
+    console = Console(soft_wrap=True)  # a path is never broken across lines
     chosen = _harnesses(harness_name)
     dataset = load_dataset(tasks, split=split)
     backend_name = choose(RolloutBackendName, backend, "rollout backend")  # before any start

@@ -66,7 +66,7 @@ def up(
     from infra.paths import default_tiny_dir, runtime_dir
     from infra.tiny_model import build_tiny_model
 
-    console = Console()
+    console = Console(soft_wrap=True)  # a path is never broken across lines
     # SIGTERM stops us as cleanly as Ctrl-C does; SIGINT too where a shell started us in the
     # background (it ignores SIGINT there, and Python then keeps ignoring it).
     signal.signal(signal.SIGTERM, signal.default_int_handler)

@@ -61,7 +61,7 @@ def build(
     from schemas.errors import OpenForgeError
 
     enter_for_containers()
-    console = Console()
+    console = Console(soft_wrap=True)  # a path is never broken across lines
     builder = ImageBuilder(policy=ImagePolicy(strict=strict_images, pull=pull_images))
     publish = _publisher(push, harness_name, builder.store)
     entries = list(dataset_entries(path))
@@ -151,7 +151,7 @@ def check(
 
     mode = choose(SandboxMode, sandbox, "sandbox")
     enter_for_containers(mode)
-    console = Console()
+    console = Console(soft_wrap=True)  # a path is never broken across lines
     with local_stack(out / "services", needs_model=False, say=lambda _: None) as stack:
         local = LocalConfig(
             allow_internet_tasks=allow_internet_tasks,

@@ -47,7 +47,7 @@ def train(
     from openforge.train.run import TrainingRun
     from orchestrator.backend import RolloutBackendName
 
-    console = Console()
+    console = Console(soft_wrap=True)  # a path is never broken across lines
     if show_config:
         console.print(describe(), markup=False, highlight=False)
         return

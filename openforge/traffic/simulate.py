@@ -72,6 +72,7 @@ class TrafficReport:
             "calls_failed": sum(r.failed for r in rs),
             "calls_retried": sum(r.retries for r in rs),
             "feedback_posted": sum(r.feedback is not None for r in rs),
+            "feedback_retried": sum(r.feedback_retries for r in rs),
             "feedback_failed": sum(r.feedback_error is not None for r in rs),
             "feedback_never": sum(r.plan.feedback_after_s is None for r in rs),
         }

@@ -48,6 +48,7 @@ class SessionResult:
     feedback: float | None = None  # the value posted, once posted
     feedback_at: float | None = None  # when it was posted (Unix seconds)
     feedback_error: str | None = None  # why posting it failed
+    feedback_retries: int = 0  # posts retried (the proxy restarting, paused or behind)
     errors: list[str] = field(default_factory=list)
 
     def judged(self) -> float:
@@ -112,9 +113,10 @@ class ProxyClient:
             return answer
         return f"{resp.status_code}: {resp.text[:200]}", resp.status_code in RETRIED_STATUS
 
-    async def feedback(self, session: str, value: float) -> str | None:
-        """Post ``value`` as the session's feedback; None, or why it failed. Where the proxy no
-        longer remembers the session (it restarted), post to its first rollout by id."""
+    async def feedback(self, session: str, value: float, result: SessionResult) -> str | None:
+        """Post ``value`` as the session's feedback; None, or why it failed (each retry counted
+        in ``result``). Where the proxy no longer remembers the session (it restarted), post to
+        its first rollout by id."""
         auth = {"authorization": f"Bearer {self.feedback_token}"} if self.feedback_token else {}
         body = {"reward": value, "verifier": "feedback"}
         deadline = time.monotonic() + self.retry_s
@@ -135,6 +137,7 @@ class ProxyClient:
                     return why
             if time.monotonic() > deadline:
                 return why
+            result.feedback_retries += 1
             await asyncio.sleep(0.5)
 
 
@@ -164,6 +167,6 @@ async def give_feedback(client: ProxyClient, result: SessionResult) -> None:
         return
     await asyncio.sleep(max(0.0, result.ended_at + after - time.monotonic()))
     value = result.judged()
-    result.feedback_error = await client.feedback(result.plan.session, value)
+    result.feedback_error = await client.feedback(result.plan.session, value, result)
     if result.feedback_error is None:
         result.feedback, result.feedback_at = value, time.time()

@@ -11,14 +11,10 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
-
 from infra.harnesses import Agent
 from infra.images.sinks import RegistrySink
 from infra.local.kube import LocalKube
 from infra.local.registry import LocalRegistry
-
-pytestmark = pytest.mark.xdist_group("real-node")  # one kubelet a machine: tests/conftest.py
 
 ROOT = Path(__file__).resolve().parents[2]
 

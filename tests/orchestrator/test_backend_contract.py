@@ -40,8 +40,6 @@ from orchestrator.registry import RolloutBackendConfig, build_backend
 from schemas.enums import RolloutPhase
 from schemas.errors import ConfigError, InfrastructureError, SetupError
 
-pytestmark = pytest.mark.xdist_group("real-node")  # one kubelet a machine: tests/conftest.py
-
 NS = "openforge-rollouts"
 IMAGE = "localhost/python:3.11-slim"  # a task without an image runs in this one on the node
 

@@ -27,8 +27,6 @@ import pytest
 
 from infra.local.kube import LocalKube
 
-pytestmark = pytest.mark.xdist_group("real-node")  # one kubelet a machine: tests/conftest.py
-
 ROOT = Path(__file__).resolve().parents[2]
 NS = "openforge-rollouts"
 IMAGE = "localhost/python:3.11-slim"

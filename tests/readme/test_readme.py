@@ -39,8 +39,6 @@ from tests.readme.commands import (
 )
 from tests.readme.session import Session, Spec, copy_repository
 
-pytestmark = pytest.mark.xdist_group("real-node")  # one kubelet a machine: tests/conftest.py
-
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 # The README's short main job. Its held-out groups (4 samples of a task) are part of what the

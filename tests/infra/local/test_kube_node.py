@@ -21,8 +21,6 @@ from infra.local.kube_node import PAUSE_IMAGE
 from infra.local.process import leftover_processes
 from schemas.errors import ConfigError
 
-pytestmark = pytest.mark.xdist_group("real-node")  # one kubelet a machine: tests/conftest.py
-
 IMAGE = "localhost/python:3.11-slim"
 
 

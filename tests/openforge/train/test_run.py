@@ -17,13 +17,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from infra.local.kafka import KafkaBroker
 from infra.tasks import load_dataset
 from tests.openforge.train.checks import check_run
-
-pytestmark = pytest.mark.xdist_group("real-node")  # one kubelet a machine: tests/conftest.py
 
 ROOT = Path(__file__).resolve().parents[3]
 
