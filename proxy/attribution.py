@@ -17,7 +17,8 @@ from starlette.requests import Request
 from proxy.bodies import read_object
 from proxy.errors import ProxyError
 from proxy.rollouts import KEY_PREFIX, Rollout
-from proxy.sessions import ClientSessions, session_rollout
+from proxy.session_clients import ClientSessions
+from proxy.sessions import session_rollout
 from proxy.state import ProxyState
 
 

@@ -9,8 +9,8 @@ A session's rollout ends
   its episode and the proxy forgets it;
 - on an explicit end (``POST /admin/rollouts/R/finish``), as any rollout;
 - with ``session_client_header`` set, when its client starts a new session and it has no call
-  waiting or in flight (:class:`ClientSessions`): the harness moved on, so the episode need not
-  wait out the idle time.
+  waiting or in flight (:mod:`proxy.session_clients`): the harness moved on, so the episode
+  need not wait out the idle time.
 
 A later call of the same session is never refused for that: it starts the session's next
 rollout. The first is ``session-<identity>``; while that one is remembered as finished, the next
@@ -24,17 +24,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import logging
 import time
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING
 
 from proxy.rollouts import Rollout
+from proxy.state import ProxyState
 from schemas.enums import RolloutPhase
-
-if TYPE_CHECKING:
-    from proxy.state import ProxyState
 
 log = logging.getLogger(__name__)
 
@@ -42,32 +38,6 @@ MAX_SWEEP_INTERVAL = 60.0  # seconds between sweeps, at most
 
 
 NEW_SESSION = "a new session of its client"
-
-
-class ClientSessions:
-    """Each client's latest session (``session_client_header``), by a hash of the client's
-    header value (a credential is never kept). Entries whose session has ended are dropped at
-    each idle sweep, so it holds about one entry per live session."""
-
-    def __init__(self) -> None:
-        self._latest: dict[str, str] = {}
-
-    @staticmethod
-    def client_of(value: str) -> str:
-        return hashlib.sha256(value.encode()).hexdigest()[:32]
-
-    def switch(self, client: str, identity: str) -> str | None:
-        """Record ``identity`` as ``client``'s latest session; the one it replaces, if other."""
-        previous = self._latest.get(client)
-        self._latest[client] = identity
-        return previous if previous != identity else None
-
-    def prune(self, live: set[str]) -> None:
-        """Forget the clients whose latest session is not in ``live``."""
-        self._latest = {c: s for c, s in self._latest.items() if s in live}
-
-    def __len__(self) -> int:
-        return len(self._latest)
 
 
 def session_rollout(state: ProxyState, identity: str, client: str | None = None) -> Rollout:

@@ -14,7 +14,7 @@ from proxy.recorder import Recorder
 from proxy.redaction import Redactor
 from proxy.render import Renderer
 from proxy.rollouts import Rollout, RolloutRegistry
-from proxy.sessions import ClientSessions
+from proxy.session_clients import ClientSessions
 from proxy.swap_state import remembered
 from proxy.upstream import Upstream
 from schemas.enums import RolloutPhase
