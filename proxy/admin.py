@@ -8,6 +8,9 @@
     POST /admin/rollouts/{rollout_id}/phase   record an orchestrator phase: queued, verified,
                                               infra_failed (which also evicts a live rollout)
     POST /rollout/{rollout_id}/reward         record a RewardEvent (also after the rollout ends)
+    POST /sessions/{session}/reward           the same, to an open-mode session's rollout
+    POST /responses/{response_id}/reward      the same, to the rollout that answered with that
+                                              id (``chatcmpl-``, ``resp_``, ``msg_``)
     GET|POST /admin/policy                    read or set the policy version
     POST /admin/pause, /admin/resume          gate new calls during a weight swap; a pause
                                               ends by itself after ``{"timeout_s": N}`` or
@@ -39,6 +42,7 @@ from proxy.attribution import read_body, request_key
 from proxy.credentials import check_admin, check_feedback
 from proxy.errors import ProxyError
 from proxy.recording import now_us
+from proxy.response_ids import rollout_of
 from proxy.state import ProxyState
 from proxy.swap_state import forget_pause, remember, remember_pause
 from schemas.enums import RolloutPhase
@@ -95,6 +99,22 @@ async def session_reward(state: ProxyState, request: Request) -> Response:
             f"no rollout of session {identity!r} is live or remembered: post the reward to "
             "/rollout/{rollout_id}/reward (the session's rollouts carry metadata.session)",
             code="session_not_found",
+        )
+    return await _reward(state, request, rollout_id, who)
+
+
+async def response_reward(state: ProxyState, request: Request) -> Response:
+    """A reward (feedback) for the rollout whose call answered with the response id in the path
+    (:mod:`proxy.response_ids`): any time later, whether or not the proxy remembers it."""
+    who = check_feedback(state.config, request_key(request))
+    response = request.path_params["response_id"]
+    rollout_id = rollout_of(response)
+    if rollout_id is None:
+        raise ProxyError(
+            404,
+            f"{response!r} is not a response id this proxy answered with (chatcmpl-..., resp_..., "
+            "msg_...): post the reward by rollout or session",
+            code="response_not_found",
         )
     return await _reward(state, request, rollout_id, who)
 

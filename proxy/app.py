@@ -10,6 +10,7 @@ by rollout key or, in open mode, by session identity):
     GET  /rollout/{rollout_id}/v1/models
     POST /rollout/{rollout_id}/reward                  record a RewardEvent (admin or feedback)
     POST /sessions/{session}/reward                    the same, to a session's latest rollout
+    POST /responses/{response_id}/reward               the same, to the rollout of a response id
     POST /admin/rollouts                               register a rollout, mint its key
     POST /admin/rollouts/{rollout_id}/finish           record its end (RolloutEvent)
     POST /admin/rollouts/{rollout_id}/phase            record queued / verified / infra_failed
@@ -106,6 +107,7 @@ def routes() -> list[Route]:
         *out,
         Route("/rollout/{rollout_id}/reward", _guard(admin.reward), methods=["POST"]),
         Route("/sessions/{session}/reward", _guard(admin.session_reward), methods=["POST"]),
+        Route("/responses/{response_id}/reward", _guard(admin.response_reward), methods=["POST"]),
         Route("/admin/rollouts", _guard(admin.create_rollout), methods=["POST"]),
         Route(
             "/admin/rollouts/{rollout_id}/finish", _guard(admin.finish_rollout), methods=["POST"]

@@ -13,6 +13,7 @@ Served on the proxy's own address (``--port``, ``--uds``), in front of the worke
                                     rollout no worker has: to worker ``crc32(id) % N``; of an
                                     open-mode session's rollout: its session's worker)
     POST /sessions/{session}/reward forwarded to the session's worker
+    POST /responses/{id}/reward     forwarded to the worker of the rollout the id names
     GET|POST /admin/policy, POST /admin/pause, /admin/resume
                                     sent to every worker at once; the answer sums them
                                     (``in_flight``, ``auto_resumes``), ``paused`` only when
@@ -64,6 +65,7 @@ from proxy.dialects.registry import dialect_for
 from proxy.errors import ProxyError
 from proxy.front_metrics import FrontMetrics
 from proxy.pool import Worker
+from proxy.response_ids import rollout_of
 
 HOP_HEADERS = {"host", "content-length", "connection", "transfer-encoding", "keep-alive"}
 OWNERS_KEPT = 1_000_000  # rollout -> worker entries remembered (oldest forgotten first)
@@ -86,7 +88,9 @@ class Front:
 
     def worker_for(self, request: Request) -> Worker:
         """The worker that owns the request's rollout (path id, then key), else by hash."""
-        rollout_id = request.path_params.get("rollout_id")
+        rollout_id = request.path_params.get("rollout_id") or rollout_of(
+            request.path_params.get("response_id", "")
+        )
         if rollout_id is not None and rollout_id in self.owners:
             return self.workers[self.owners[rollout_id]]
         key = request_key(request)
@@ -320,6 +324,7 @@ def create_front(config: ProxyConfig, pool_workers: list[Worker]) -> Starlette:
         Route("/admin/rollouts/{rollout_id}/phase", _guard(to_owner), methods=["POST"]),
         Route("/rollout/{rollout_id}/reward", _guard(to_owner), methods=["POST"]),
         Route("/sessions/{session}/reward", _guard(to_owner), methods=["POST"]),
+        Route("/responses/{response_id}/reward", _guard(to_owner), methods=["POST"]),
         Route("/admin/policy", _guard(fan_out), methods=["GET", "POST"]),
         Route("/admin/pause", _guard(fan_out), methods=["POST"]),
         Route("/admin/resume", _guard(fan_out), methods=["POST"]),

@@ -30,11 +30,12 @@ from types import TracebackType
 from typing import Any
 
 from proxy.canonical import CallRequest, Generation
-from proxy.dialects.base import Dialect, ResponseMeta, new_id
+from proxy.dialects.base import Dialect, ResponseMeta
 from proxy.errors import ProxyError
 from proxy.generation import GenerationStream
 from proxy.publisher import Receipt
 from proxy.recording import CallContext, new_event_id, now_us
+from proxy.response_ids import response_id
 from proxy.rollouts import Rollout
 from proxy.stages import Stage, Step, advance, exit_steps
 from proxy.state import ProxyState
@@ -61,7 +62,7 @@ class CallLifecycle:
         self.stage = Stage.NEW
         self.ctx: CallContext | None = None  # set by begin(): the call has an index
         self.generation: GenerationStream | None = None  # set by begin(): it goes upstream
-        self.meta = ResponseMeta(new_id(dialect.id_prefix), req.model)
+        self.meta = ResponseMeta(response_id(dialect.id_prefix, rollout.rollout_id), req.model)
         self._answered: int | None = None  # the HTTP status the harness gets
 
     async def __aenter__(self) -> CallLifecycle:

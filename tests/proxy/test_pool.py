@@ -100,6 +100,14 @@ def test_two_workers_share_the_rollouts_apply_the_admin_api_and_restart(
         for reg in regs:  # finish and reward go to the owner
             admin.finish_rollout(reg.rollout_id, exit_code=0)
             admin.post_reward(reg.rollout_id, 1.0)
+        # A reward by the id of an answer goes to the owner of the rollout that id names.
+        by_response = httpx.post(
+            f"{admin.url}/responses/{after.json()['id']}/reward",
+            json={"reward": 0.5, "verifier": "feedback"},
+            headers=_auth(admin.token),
+        )
+        assert by_response.status_code == 201, by_response.text
+        assert by_response.json()["rollout_id"] == regs[3].rollout_id
         health = admin.health()
         assert health["status"] == "ok" and len(health["workers"]) == 2
         assert health["finished_rollouts"] == 4

@@ -22,6 +22,7 @@ from openforge.testing.proxy import (
     read_events,
     running_proxy,
 )
+from openforge.traffic.dialects import PATHS, Dialect, headers, request
 from proxy.config import ProxyConfig
 from proxy.pool import WorkerPool
 from proxy.sessions import NEW_SESSION
@@ -263,6 +264,55 @@ def test_feedback_comes_late_by_session_with_a_credential_that_can_do_nothing_el
         (f"session-{session}", {"thumbs": 1.0}, "feedback"),
         (f"session-{session}", {"ci": 0.0}, "ci"),
     ]
+
+
+def test_feedback_comes_by_response_id_in_each_dialect_long_after_the_session(
+    vllm_server: VLLMServer, tmp_path: Path
+) -> None:
+    """The id of each answer (chatcmpl-, resp_, msg_) names its rollout: feedback posted by it,
+    after the session ended and was forgotten (a memory of no finished rollout), lands on that
+    rollout; an id the proxy did not make is a 404 that says what to post instead."""
+    config = proxy_config(
+        vllm_server.base_url, tmp_path, open_mode=True, session_idle_timeout=0.5,
+        feedback_token="fb-secret", finished_rollouts=0,
+    )  # fmt: skip
+    feedback = {"authorization": "Bearer fb-secret"}
+    sessions = {d: f"{d.value}-{uuid.uuid4().hex[:6]}" for d in Dialect}
+    with running_proxy(config) as p:
+        ids = {}
+        for dialect, session in sessions.items():
+            body = request(dialect, [("user", "Say hi.")], 4)
+            answer = httpx.post(
+                p.url + PATHS[dialect], json=body, headers=headers(dialect, session), timeout=60
+            )
+            assert answer.status_code == 200, answer.text
+            ids[dialect] = answer.json()["id"]
+        _until("every session ends", lambda: len(p.state.rollouts) == 0)
+        for dialect, rid in ids.items():
+            assert rid.startswith(("chatcmpl-", "resp_", "msg_"))
+            resp = httpx.post(
+                f"{p.url}/responses/{rid}/reward", json={"reward": 1}, headers=feedback
+            )
+            assert resp.status_code == 201, resp.text
+            assert resp.json()["rollout_id"] == f"session-{sessions[dialect]}"
+        for bad in ("chatcmpl-123", "resp_!!!!", "nothing"):
+            resp = httpx.post(
+                f"{p.url}/responses/{bad}/reward", json={"reward": 1}, headers=feedback
+            )
+            assert resp.status_code == 404 and resp.json()["error"]["code"] == "response_not_found"
+        assert (
+            httpx.post(
+                f"{p.url}/responses/{ids[Dialect.CHAT]}/reward", json={"reward": 1}
+            ).status_code
+            == 401
+        )
+        p.flush()
+    rewards = [
+        r for r in read_events(config.log_url, group="rid", want=1) if isinstance(r, RewardEvent)
+    ]
+    assert sorted((r.rollout_id, r.verifier) for r in rewards) == sorted(
+        (f"session-{s}", "feedback") for s in sessions.values()
+    )
 
 
 def test_the_feedback_token_must_be_a_secret_of_its_own() -> None:
