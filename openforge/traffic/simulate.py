@@ -73,6 +73,7 @@ class TrafficReport:
             "calls_retried": sum(r.retries for r in rs),
             "feedback_posted": sum(r.feedback is not None for r in rs),
             "feedback_retried": sum(r.feedback_retries for r in rs),
+            "feedback_by_response": sum(r.feedback is not None and r.plan.by_response for r in rs),
             "feedback_failed": sum(r.feedback_error is not None for r in rs),
             "feedback_never": sum(r.plan.feedback_after_s is None for r in rs),
         }
@@ -90,6 +91,7 @@ def plans(cfg: TrafficConfig) -> Iterator[SessionPlan]:
             word=rng.choice(WORDS),
             turns=cfg.turns,
             feedback_after_s=rng.uniform(*cfg.feedback_delay_s) if feedback else None,
+            by_response=n % 4 == 3,  # a quarter rate one answer by its id (every dialect in turn)
         )
         n += 1
 

@@ -4,10 +4,12 @@ then (for some sessions, later) a person's feedback on it.
 The user asks the model to say a word and, on the next turns, asks again; the feedback is 1.0 when
 the model's last reply holds the word, 0.5 when it is at most :data:`SHORT_WORDS` words (brief, if
 not right: a tiny untrained model seldom says the word, and the trainer still gets a signal that
-depends on what it wrote), else 0.0; posted to ``POST /sessions/ID/reward`` with the feedback
-credential. A call the proxy cannot answer now (connection refused or reset: a proxy restarting; 429
-or 503: paused or behind) is retried with backoff for up to ``retry_s``, as a harness does; the
-result counts what was answered, retried and given up.
+depends on what it wrote), else 0.0; posted with the feedback credential to ``POST
+/sessions/ID/reward``, or, for the sessions planned so, to ``POST /responses/ID/reward`` with the
+id of the last answer (as a person rating one answer does). A call the proxy cannot answer now
+(connection refused or reset: a proxy restarting; 429 or 503: paused or behind) is retried with
+backoff for up to ``retry_s``, as a harness does; the result counts what was answered, retried
+and given up.
 """
 
 from __future__ import annotations
@@ -28,13 +30,15 @@ SHORT_WORDS = 3
 @dataclass(frozen=True)
 class SessionPlan:
     """What one session does: its identity, dialect, word and turns, and when (seconds after
-    its last answer) its feedback comes; None: never."""
+    its last answer) its feedback comes; None: never. ``by_response``: the feedback names the
+    last answer's response id, not the session."""
 
     session: str
     dialect: Dialect
     word: str
     turns: int
     feedback_after_s: float | None
+    by_response: bool = False
 
 
 @dataclass
@@ -44,6 +48,7 @@ class SessionResult:
     failed: int = 0  # calls given up after retries (the session ends there)
     retries: int = 0  # attempts retried
     last_reply: str = ""
+    last_response_id: str = ""  # the id of its last answer (chatcmpl-..., resp_..., msg_...)
     ended_at: float = 0.0  # monotonic time of its last answer
     feedback: float | None = None  # the value posted, once posted
     feedback_at: float | None = None  # when it was posted (Unix seconds)
@@ -113,14 +118,17 @@ class ProxyClient:
             return answer
         return f"{resp.status_code}: {resp.text[:200]}", resp.status_code in RETRIED_STATUS
 
-    async def feedback(self, session: str, value: float, result: SessionResult) -> str | None:
-        """Post ``value`` as the session's feedback; None, or why it failed (each retry counted
-        in ``result``). Where the proxy no longer remembers the session (it restarted), post to
-        its first rollout by id."""
+    async def feedback(self, value: float, result: SessionResult) -> str | None:
+        """Post ``value`` as the session's feedback, by session or by its last response id; None,
+        or why it failed (each retry counted in ``result``). Where the proxy no longer remembers
+        the session (it restarted), post to its first rollout by id."""
         auth = {"authorization": f"Bearer {self.feedback_token}"} if self.feedback_token else {}
         body = {"reward": value, "verifier": "feedback"}
         deadline = time.monotonic() + self.retry_s
+        session = result.plan.session
         urls = [f"/sessions/{session}/reward", f"/rollout/session-{session}/reward"]
+        if result.plan.by_response:
+            urls = [f"/responses/{result.last_response_id}/reward"]
         while True:
             try:
                 resp = await self.http.post(self.base_url + urls[0], json=body, headers=auth)
@@ -155,6 +163,7 @@ async def play(client: ProxyClient, plan: SessionPlan, max_tokens: int) -> Sessi
             break
         result.answered += 1
         result.last_reply = reply_text(plan.dialect, answer)
+        result.last_response_id = str(answer.get("id", ""))
         result.ended_at = time.monotonic()
         turns.append(("assistant", result.last_reply))
     return result
@@ -167,6 +176,6 @@ async def give_feedback(client: ProxyClient, result: SessionResult) -> None:
         return
     await asyncio.sleep(max(0.0, result.ended_at + after - time.monotonic()))
     value = result.judged()
-    result.feedback_error = await client.feedback(result.plan.session, value, result)
+    result.feedback_error = await client.feedback(value, result)
     if result.feedback_error is None:
         result.feedback, result.feedback_at = value, time.time()

@@ -186,6 +186,7 @@ def _check(
            if r.failed or r.feedback_error]  # fmt: skip
     assert counts["calls_failed"] == 0 and counts["feedback_failed"] == 0, (counts, why)
     assert counts["feedback_posted"] >= 3 and counts["feedback_never"] >= 1, counts
+    assert counts["feedback_by_response"] >= 1, counts  # by response id, as well as by session
     # The proxy's restart was seen by the users, and ridden out.
     assert counts["calls_retried"] + counts["feedback_retried"] >= 1, counts
 
