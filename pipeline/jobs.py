@@ -37,6 +37,7 @@ from infra.paths import prism_binary
 from pipeline.archive import ArchiveEvents
 from pipeline.assemble import DEAD_LETTER, NAMESPACE, AssembleEpisodes
 from pipeline.rewards import RewardPolicy
+from pipeline.shards import Shard
 from pipeline.sinks import WriteEpisodes
 from pipeline.sources import RECORDS_PER_CALL, ReadArchive, ReadEventLog
 from schemas.errors import ConfigError
@@ -260,10 +261,12 @@ def run_streaming(
     stop_when_idle_s: float | None = None,
     records_per_call: int | None = None,
     policy: RewardPolicy = RewardPolicy(),  # frozen: one shared default is safe
+    shard: Shard = Shard(),
 ) -> RunReport:
     """Assemble episodes from the event log as events arrive (``records_per_call`` overrides
     the runner's read size, for tests that force many checkpoints and splits; ``policy``: the
-    rewards' combination, :mod:`pipeline.rewards`); with
+    rewards' combination, :mod:`pipeline.rewards`; ``shard``: this job's share of the
+    partitions when several jobs read one log, :mod:`pipeline.shards`); with
     ``out.run_archive``, the events read are archived there too (:mod:`pipeline.archive`).
     On Kafka its topics are created first: a job started before the first event waits for it."""
     create_topics(source_url, [EVENTS_TOPIC])
@@ -273,12 +276,13 @@ def run_streaming(
     q = quirks(opts)
     p = beam.Pipeline(options=opts)
     events = p | "ReadEvents" >> ReadEventLog(
-        source_url, EVENTS_TOPIC, stop_when_idle_s, records_per_call or q.records_per_call
+        source_url, EVENTS_TOPIC, stop_when_idle_s, records_per_call or q.records_per_call, shard
     )
     if out.run_archive:
         events | "ArchiveEvents" >> ArchiveEvents(out.run_archive)
     _assemble_and_write(events, out, allowed_lateness_s, q, policy)
-    return _run("run (streaming)", p, opts)
+    worker = f", worker {shard}" if shard.count > 1 else ""
+    return _run(f"run (streaming{worker})", p, opts)
 
 
 def run_replay(

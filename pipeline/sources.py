@@ -29,6 +29,7 @@ from apache_beam.utils.timestamp import Duration, Timestamp
 
 from infra.eventlog import EVENTS_TOPIC, EventLogReader, PartitionBatch, open_reader
 from pipeline.offsets import END, END_OFFSETS, OPEN_SPLITS, LogRanges, Partition
+from pipeline.shards import Shard
 from schemas.archive import archive_files
 from schemas.codec import REGISTRY, decode_batch, encode_message, record_type
 from schemas.errors import ConfigError
@@ -183,7 +184,8 @@ def partitions(url: str, topic: str) -> list[int]:
 
 
 class ReadEventLog(beam.PTransform):
-    """``(rollout_id, frame)`` pairs from the event log at ``url``, unbounded."""
+    """``(rollout_id, frame)`` pairs from the event log at ``url``, unbounded; with ``shard``,
+    from its partitions only (:mod:`pipeline.shards`)."""
 
     def __init__(
         self,
@@ -191,13 +193,15 @@ class ReadEventLog(beam.PTransform):
         topic: str = EVENTS_TOPIC,
         stop_when_idle_s: float | None = None,
         records_per_call: int = RECORDS_PER_CALL,
+        shard: Shard = Shard(),  # frozen: one shared default is safe
     ):
         super().__init__()
         self.url, self.topic, self.stop_when_idle_s = url, topic, stop_when_idle_s
-        self.records_per_call = records_per_call
+        self.records_per_call, self.shard = records_per_call, shard
 
     def expand(self, pbegin: Any) -> Any:
-        parts = [(self.url, self.topic, p) for p in partitions(self.url, self.topic)]
+        mine = self.shard.mine(partitions(self.url, self.topic), self.topic)
+        parts = [(self.url, self.topic, p) for p in mine]
         return (
             pbegin
             | "Partitions" >> beam.Create(parts)

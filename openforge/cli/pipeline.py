@@ -80,10 +80,20 @@ def run(
     reward_required: REWARD_REQUIRED = None,
     on_missing_reward: ON_MISSING_REWARD = "dead_letter",
     beam_arg: Annotated[list[str] | None, BEAM_ARGS] = None,
+    worker: Annotated[
+        str,
+        typer.Option(
+            help="I/N: one of N jobs on one log, reading the partitions p with p % N == I "
+            "(a rollout's events share a partition; the topic needs N or more)."
+        ),
+    ] = "0/1",
 ) -> None:
     """Streaming: read events, assemble episodes, write them to the episodes topic."""
     from pipeline.jobs import Outputs, run_streaming
     from pipeline.rewards import RewardPolicy
+    from pipeline.shards import Shard
+
+    shard = Shard.parse(worker)  # a bad one fails before anything starts
 
     policy = RewardPolicy.of_options(reward_weight or [], reward_required or [], on_missing_reward)
     report = run_streaming(
@@ -93,6 +103,7 @@ def run(
         lateness,
         stop_when_idle,
         policy=policy,
+        shard=shard,
     )
     typer.echo(report.line())
 
