@@ -67,6 +67,10 @@ def serve(
     trainer_ranks: Annotated[
         int, typer.Option(help="Trainer processes under torchrun, one per GPU (verl only).")
     ] = 1,
+    pipeline_workers: Annotated[
+        int,
+        typer.Option(help="Pipeline jobs, each on its share of the partitions (needs as many)."),
+    ] = 1,
 ) -> None:
     """Serve live traffic and train on it: proxy, pipeline and trainer as three processes."""
     from openforge.serve.apart import ApartConfig, Service, ServicesApart
@@ -77,6 +81,7 @@ def serve(
         reward_required=tuple(reward_required or ()), on_missing_reward=on_missing_reward, lr=lr,
         episodes_per_update=episodes_per_update, max_staleness=max_staleness,
         trainer_backend=trainer_backend, trainer_ranks=trainer_ranks,
+        pipeline_workers=pipeline_workers,
     )  # fmt: skip
     # SIGTERM stops like Ctrl-C; SIGINT too where a shell started this in the background.
     signal.signal(signal.SIGTERM, signal.default_int_handler)

@@ -7,9 +7,11 @@ run --serve-at-start`` from the episodes, hot-loading each update into vLLM and 
 proxy's policy version. Any one can be stopped, killed and started again on its own: the proxy
 remembers its policy version (``proxy.policy_version``), the pipeline writes each episode once
 (``pipeline.sinks``), the trainer resumes from its checkpoint and its consumer group's offsets
-(nothing trained twice: ``trainer.checkpoint``). With ``trainer_ranks`` > 1 the trainer is
-``torchrun --nproc_per_node N`` over veRL's FSDP engine (one rank per GPU; gloo on CPU): rank 0
-reads the stream and syncs the weights, every rank updates (``trainer.ranks``).
+(nothing trained twice: ``trainer.checkpoint``). With ``pipeline_workers`` > 1 the pipeline
+is that many jobs, each on its share of the partitions (``pipeline.shards``). With
+``trainer_ranks`` > 1 the trainer is ``torchrun --nproc_per_node N`` over veRL's FSDP engine
+(one rank per GPU; gloo on CPU): rank 0 reads the stream and syncs the weights, every rank
+updates (``trainer.ranks``).
 
 The admin and feedback credentials are generated once into ``out`` (mode 0600) and handed to
 the processes in their environment, never on a command line.
@@ -55,7 +57,8 @@ class ApartConfig:
     ``episodes_per_update``: each update waits for that many episodes (a session is its own
     group: live traffic has no task to compare within); None: each takes what is ready.
     ``trainer_backend``: ``cpu`` (the reference, one process) or ``verl``; ``trainer_ranks``:
-    processes under torchrun (``verl`` only)."""
+    processes under torchrun (``verl`` only). ``pipeline_workers``: pipeline jobs, each reading
+    its share of the events topic's partitions (``pipeline.shards``; the log needs as many)."""
 
     log_url: str
     vllm_url: str
@@ -73,6 +76,7 @@ class ApartConfig:
     episodes_per_update: int | None = 4
     trainer_backend: BackendName = BackendName.CPU
     trainer_ranks: int = 1
+    pipeline_workers: int = 1
     proxy_args: tuple[str, ...] = ()
     pipeline_args: tuple[str, ...] = ()
     trainer_args: tuple[str, ...] = ()
@@ -89,6 +93,8 @@ class ApartConfig:
                 "from its events, and it ends only after it has been idle that long"
             )
         self._check_trainer()
+        if self.pipeline_workers < 1:
+            raise ConfigError(f"pipeline_workers must be at least 1, not {self.pipeline_workers}")
         if not (self.model_dir / "config.json").exists():
             raise ConfigError(
                 f"{self.model_dir} holds no model (config.json): pass the directory vLLM serves "
@@ -113,8 +119,13 @@ class ApartConfig:
         n = self.episodes_per_update
         return [] if n is None else ["--groups-per-batch", str(n)]
 
-    def argv(self, service: Service) -> list[str]:
-        """The command line of ``service`` (credentials come from the environment)."""
+    def instances(self, service: Service) -> int:
+        """How many processes ``service`` runs (the pipeline's workers; one otherwise)."""
+        return self.pipeline_workers if service is Service.PIPELINE else 1
+
+    def argv(self, service: Service, index: int = 0) -> list[str]:
+        """The command line of ``service``'s process ``index`` (credentials come from the
+        environment)."""
         cli = [self.python, "-m", "openforge"]
         if service is Service.PROXY:
             return [
@@ -131,7 +142,8 @@ class ApartConfig:
                 *cli, "pipeline", "run", "--source", self.log_url,
                 "--lateness", f"{self.lateness_s:g}", *rewards,
                 "--on-missing-reward", self.on_missing_reward,
-                "--archive", str(self.out / "archive"), *self.pipeline_args,
+                "--archive", str(self.out / "archive"),
+                "--worker", f"{index}/{self.pipeline_workers}", *self.pipeline_args,
             ]  # fmt: skip
         if self.trainer_ranks > 1:  # rank 0 leads; every rank updates (trainer.ranks)
             cli = [
@@ -167,7 +179,7 @@ class ServicesApart:
         self.config = config
         self.admin_token = credential(config.out / "admin-token")
         self.feedback_token = credential(config.out / "feedback-token")
-        self.processes: dict[Service, ServiceProcess] = {}
+        self.processes: dict[Service, list[ServiceProcess]] = {}
         self.starts: dict[Service, int] = {s: 0 for s in Service}
         self.admin = ProxyAdmin(config.proxy_url, timeout=5)  # its public routes only
 
@@ -185,41 +197,50 @@ class ServicesApart:
         if service in self.processes:
             raise OpenForgeError(f"{service.value} is running: stop or kill it first")
         self.starts[service] += 1
-        log = self.config.out / "logs" / f"{service.value}-{self.starts[service]}.log"
         env = dict(os.environ)
         env["OPENFORGE_ADMIN_TOKEN"] = self.admin_token
         env["OPENFORGE_FEEDBACK_TOKEN"] = self.feedback_token
-        process = ServiceProcess(service.value, self.config.argv(service), log, env=env)
-        process.start()
-        self.processes[service] = process
+        self.processes[service] = []
+        for index in range(self.config.instances(service)):
+            process = ServiceProcess(
+                service.value, self.config.argv(service, index), self._log(service, index), env=env
+            )
+            process.start()
+            self.processes[service].append(process)
         probe = {Service.PROXY: self._proxy_up, Service.TRAINER: self._adapter_served}
         if service in probe:
-            process.wait_ready(probe[service], ready_s)
+            self.processes[service][0].wait_ready(probe[service], ready_s)
+
+    def _log(self, service: Service, index: int) -> Path:
+        """``logs/SERVICE-START.log``; a pipeline worker's ``logs/pipeline-START.wINDEX.log``."""
+        worker = f".w{index}" if self.config.instances(service) > 1 else ""
+        return self.config.out / "logs" / f"{service.value}-{self.starts[service]}{worker}.log"
 
     def stop(self, service: Service) -> None:
-        """SIGTERM (then SIGKILL after a grace period)."""
-        process = self.processes.pop(service, None)
-        if process is not None:
+        """SIGTERM each of its processes (then SIGKILL after a grace period)."""
+        for process in self.processes.pop(service, []):
             process.stop()
 
     def kill(self, service: Service) -> None:
-        """SIGKILL the service's whole process group, as a crash or an evicted pod would."""
-        process = self.processes.pop(service)
-        if process.pid is not None:
-            with suppress(ProcessLookupError):
-                os.killpg(os.getpgid(process.pid), signal.SIGKILL)
-        process.stop()
+        """SIGKILL each of its processes' whole process group, as a crash or an evicted pod."""
+        for process in self.processes.pop(service):
+            if process.pid is not None:
+                with suppress(ProcessLookupError):
+                    os.killpg(os.getpgid(process.pid), signal.SIGKILL)
+            process.stop()
 
     def exited(self) -> list[Service]:
-        """The services whose process has exited (forgotten here: start them again)."""
-        gone = [s for s, p in self.processes.items() if p.poll() is not None]
+        """The services a process of which has exited; their other processes are stopped too
+        (all forgotten here: start them again)."""
+        gone = [s for s, ps in self.processes.items() if any(p.poll() is not None for p in ps)]
         for service in gone:
             self.stop(service)
         return gone
 
     def check_alive(self) -> None:
-        for process in self.processes.values():
-            process.check_alive()
+        for processes in self.processes.values():
+            for process in processes:
+                process.check_alive()
 
     def _proxy_up(self) -> bool:
         try:
