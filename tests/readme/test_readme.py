@@ -242,7 +242,7 @@ SPECS: dict[str, Spec] = {
         expect=(r"\b[1-9]\d* rollouts re-scored, \d+ rewards changed",), timeout=900
     ),
     ".venv/bin/openforge replay train --from runs/cpu-demo --model MODEL_DIR --out runs/retrain "
-    "--where \"harness = 'agent' AND reward > 0\"": Spec(
+    "--where \"harness = 'agent' AND group_id NOT LIKE '%-eval-%'\"": Spec(
         expect=(r"RL on [1-9]\d* selected episodes: [1-9]\d* steps",), timeout=900
     ),
     ".venv/bin/openforge audit runs/cpu-demo --html runs/audit.html": Spec(
