@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
@@ -21,37 +20,14 @@ import httpx
 
 from infra.eventlog import DEAD_LETTER_TOPIC, EPISODES_TOPIC, EVENTS_TOPIC, records_in
 from infra.local.kafka import KafkaBroker
-from infra.local.process import free_port
 from infra.local.vllm import VLLMServer
-from openforge.query.lineage import consumed
-from openforge.serve.apart import ApartConfig, Service, ServicesApart, services_apart
+from openforge.serve.apart import Service, ServicesApart, services_apart
 from openforge.traffic.ledger import LATE, ledger, rollout_of, trained_ids
-from openforge.traffic.simulate import TrafficConfig, TrafficReport, run
+from openforge.traffic.simulate import TrafficReport
 from schemas.completion import CompletionEvent
 from schemas.episode import Episode
 from schemas.rollout import RolloutEvent
-
-# The pipeline's deadline, after a session's latest event: above the longest gap between its
-# events (a proxy restart, retried through; vLLM's first LoRA call, warmed up before; a call
-# held by a weight swap while the trainer and two pipeline jobs share the 2 cores: 15 s was
-# once too short) and the session idle time plus the feedback delay.
-LATENESS_S = 25.0
-
-
-def _until(what: str, done: Callable[[], bool], services: ServicesApart, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while not done():
-        services.check_alive()
-        assert time.monotonic() < deadline, what
-        time.sleep(0.5)
-
-
-def _updates(out: Path) -> int:
-    return len(consumed(out / "trainer" / "consumed.jsonl"))
-
-
-def _at_least(out: Path, updates: int) -> bool:
-    return _updates(out) >= updates
+from tests.openforge.serve.live import LATENESS_S, apart_config, at_least, traffic, until, warm_up
 
 
 def _rollouts(url: str, topic: str, reason: str = "") -> set[str]:
@@ -72,43 +48,21 @@ def _trained(url: str, out: Path) -> set[str]:
     }
 
 
-def _traffic(
-    services: ServicesApart, stop: threading.Event, out: dict[str, TrafficReport]
-) -> threading.Thread:
-    cfg = TrafficConfig(
-        services.config.proxy_url,
-        users=2,
-        sessions=None,  # until the test says stop
-        turns=2,
-        feedback_fraction=0.7,
-        feedback_delay_s=(2.0, 4.0),  # after the session's last answer: the proxy ends it at 1.5 s
-        think_s=1.0,
-        max_tokens=8,
-        feedback_token=services.feedback_token,
-    )
-    thread = threading.Thread(target=lambda: out.update(report=run(cfg, lambda: not stop.is_set())))
-    thread.start()
-    return thread
-
-
 def test_live_traffic_trains_the_served_policy_and_a_restart_of_any_service_loses_nothing(
     vllm_server: VLLMServer, tiny_model_dir: Path, tmp_path: Path
 ) -> None:
     out = tmp_path / "serve"
     with KafkaBroker(data_dir=tmp_path / "kafka") as broker:
         url = f"kafka://{broker.bootstrap}?partitions=4"
-        config = ApartConfig(
-            url, vllm_server.base_url, tiny_model_dir, out, port=free_port(),
-            session_idle_s=1.5, lateness_s=LATENESS_S, lr=1e-2,
-            max_staleness=1000,  # sessions that straddle restarts are old: train on them too
-            episodes_per_update=None,  # an update as soon as an episode is ready
+        config = apart_config(
+            url, vllm_server, tiny_model_dir, out,
             pipeline_workers=2,  # two jobs, each on two of the four partitions
             reward_weights=("feedback=1", "rule:call_errors=-1"), reward_required=("feedback",),
         )  # fmt: skip
         with services_apart(config) as services:
-            _warm_up(vllm_server)
+            warm_up(vllm_server)
             stop, result = threading.Event(), dict[str, TrafficReport]()
-            thread = _traffic(services, stop, result)
+            thread = traffic(services, stop, result)
             try:
                 restarts = _restart_each(services, out)
             finally:
@@ -118,7 +72,7 @@ def test_live_traffic_trains_the_served_policy_and_a_restart_of_any_service_lose
             _settle(services, url, out, report)
             served = services.policy_version()
             late = _late_feedback(services, report)
-            _until(
+            until(
                 "the late feedback dead-lettered",
                 lambda: late in _rollouts(url, DEAD_LETTER_TOPIC, LATE),
                 services,
@@ -129,18 +83,12 @@ def test_live_traffic_trains_the_served_policy_and_a_restart_of_any_service_lose
     assert logs == [f"pipeline-{n}.w{i}.log" for n in (1, 2) for i in (0, 1)], logs
 
 
-def _warm_up(vllm: VLLMServer) -> None:
-    """One call on the adapter straight to vLLM (not recorded): its first LoRA call compiles."""
-    body = {"model": "policy", "prompt": "hi", "max_tokens": 1}
-    httpx.post(f"{vllm.base_url}/v1/completions", json=body, timeout=120).raise_for_status()
-
-
 def _restart_each(services: ServicesApart, out: Path) -> dict[str, int]:
     """Restart each service once while the users keep going (the trainer while the pipeline is
     still coming back); the proxy's policy version at each restart."""
     seen: dict[str, int] = {}
     for service, after in ((Service.PIPELINE, 1), (Service.TRAINER, 1), (Service.PROXY, 2)):
-        _until(f"{after} updates", partial(_at_least, out, after), services, timeout=240)
+        until(f"{after} updates", partial(at_least, out, after), services, timeout=240)
         seen[service.value] = services.policy_version()
         if service is Service.PROXY:
             services.stop(service)
@@ -148,7 +96,7 @@ def _restart_each(services: ServicesApart, out: Path) -> dict[str, int]:
         else:
             services.kill(service)
         services.start(service)
-    _until("3 updates", partial(_at_least, out, 3), services, timeout=240)
+    until("3 updates", partial(at_least, out, 3), services, timeout=240)
     return seen
 
 
@@ -156,13 +104,13 @@ def _settle(services: ServicesApart, url: str, out: Path, report: TrafficReport)
     """Wait until every session with feedback is trained on and every other dead-lettered."""
     rewarded = {rollout_of(r) for r in report.results if r.feedback is not None}
     never = {rollout_of(r) for r in report.results if r.plan.feedback_after_s is None}
-    _until(
+    until(
         "every session with feedback trained on",
         lambda: rewarded <= _trained(url, out),
         services,
         timeout=120,
     )
-    _until(
+    until(
         "every session without feedback dead-lettered",
         lambda: never <= _rollouts(url, DEAD_LETTER_TOPIC),
         services,

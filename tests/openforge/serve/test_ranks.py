@@ -13,12 +13,11 @@ from functools import partial
 from pathlib import Path
 
 from infra.local.kafka import KafkaBroker
-from infra.local.process import free_port
 from infra.local.vllm import VLLMServer
-from openforge.serve.apart import ApartConfig, Service, services_apart
+from openforge.serve.apart import Service, services_apart
 from openforge.traffic.ledger import ledger
 from openforge.traffic.simulate import TrafficReport
-from tests.openforge.serve.test_apart import LATENESS_S, _at_least, _traffic, _until, _warm_up
+from tests.openforge.serve.live import apart_config, at_least, traffic, until, warm_up
 from trainer.backends import BackendName
 
 
@@ -28,21 +27,20 @@ def test_a_two_rank_trainer_trains_the_served_policy_and_resumes_after_a_kill(
     out = tmp_path / "serve"
     with KafkaBroker(data_dir=tmp_path / "kafka") as broker:
         url = f"kafka://{broker.bootstrap}?partitions=4"
-        config = ApartConfig(
-            url, vllm_server.base_url, tiny_model_dir, out, port=free_port(),
-            session_idle_s=1.5, lateness_s=LATENESS_S, lr=1e-2, max_staleness=1000,
-            episodes_per_update=None, trainer_backend=BackendName.VERL, trainer_ranks=2,
+        config = apart_config(
+            url, vllm_server, tiny_model_dir, out,
+            trainer_backend=BackendName.VERL, trainer_ranks=2,
         )  # fmt: skip
         with services_apart(config) as services:
-            _warm_up(vllm_server)
+            warm_up(vllm_server)
             stop, result = threading.Event(), dict[str, TrafficReport]()
-            thread = _traffic(services, stop, result)
+            thread = traffic(services, stop, result)
             try:
-                _until("2 updates", partial(_at_least, out, 2), services, timeout=300)
+                until("2 updates", partial(at_least, out, 2), services, timeout=300)
                 before_kill = services.policy_version()
                 services.kill(Service.TRAINER)
                 services.start(Service.TRAINER)
-                _until("4 updates", partial(_at_least, out, 4), services, timeout=300)
+                until("4 updates", partial(at_least, out, 4), services, timeout=300)
             finally:
                 stop.set()
                 thread.join(timeout=180)
