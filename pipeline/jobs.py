@@ -33,9 +33,11 @@ from apache_beam.options.pipeline_options import (
 from apache_beam.runners.portability.fn_api_runner import fn_runner, worker_handlers
 
 from infra.eventlog import DEAD_LETTER_TOPIC, EPISODES_TOPIC, EVENTS_TOPIC, create_topics
+from infra.judge import JudgeConfig
 from infra.paths import prism_binary
 from pipeline.archive import ArchiveEvents
 from pipeline.assemble import DEAD_LETTER, NAMESPACE, AssembleEpisodes
+from pipeline.judge import JUDGEMENTS_TOPIC, JudgeRollouts
 from pipeline.rewards import RewardPolicy
 from pipeline.shards import Shard
 from pipeline.sinks import WriteEpisodes
@@ -262,14 +264,16 @@ def run_streaming(
     records_per_call: int | None = None,
     policy: RewardPolicy = RewardPolicy(),  # frozen: one shared default is safe
     shard: Shard = Shard(),
+    judge: JudgeConfig | None = None,
 ) -> RunReport:
     """Assemble episodes from the event log as events arrive (``records_per_call`` overrides
     the runner's read size, for tests that force many checkpoints and splits; ``policy``: the
     rewards' combination, :mod:`pipeline.rewards`; ``shard``: this job's share of the
-    partitions when several jobs read one log, :mod:`pipeline.shards`); with
-    ``out.run_archive``, the events read are archived there too (:mod:`pipeline.archive`).
+    partitions when several jobs read one log, :mod:`pipeline.shards`; ``judge``: score each
+    finished rollout through a model server, a reward named ``judge``, :mod:`pipeline.judge`);
+    with ``out.run_archive``, the events read are archived there too (:mod:`pipeline.archive`).
     On Kafka its topics are created first: a job started before the first event waits for it."""
-    create_topics(source_url, [EVENTS_TOPIC])
+    create_topics(source_url, [EVENTS_TOPIC, *([JUDGEMENTS_TOPIC] if judge else [])])
     if out.log_url:
         create_topics(out.log_url, [EPISODES_TOPIC, DEAD_LETTER_TOPIC])
     opts = options(beam_args, streaming=True)
@@ -280,6 +284,8 @@ def run_streaming(
     )
     if out.run_archive:
         events | "ArchiveEvents" >> ArchiveEvents(out.run_archive)
+    if judge is not None:
+        events | "Judge" >> JudgeRollouts(judge, source_url)
     _assemble_and_write(events, out, allowed_lateness_s, q, policy)
     worker = f", worker {shard}" if shard.count > 1 else ""
     return _run(f"run (streaming{worker})", p, opts)

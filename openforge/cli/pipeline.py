@@ -8,11 +8,16 @@ naming its runner and its counters.
 
 from __future__ import annotations
 
-from typing import Annotated
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from openforge.cli.paths import absolute_location
+from schemas.errors import ConfigError
+
+if TYPE_CHECKING:
+    from infra.judge import JudgeConfig
 
 app = typer.Typer(help="Beam jobs: events -> episodes (with rewards joined).", no_args_is_help=True)
 
@@ -87,6 +92,28 @@ def run(
             "(a rollout's events share a partition; the topic needs N or more)."
         ),
     ] = "0/1",
+    judge_url: Annotated[
+        str | None,
+        typer.Option(
+            help="Score each finished rollout with a rubric through this model server "
+            "(http://HOST:PORT, OpenAI-compatible; called directly, never recorded): a reward "
+            "named 'judge' (weight or require it like any other)."
+        ),
+    ] = None,
+    judge_model: Annotated[
+        str | None, typer.Option(help="The judge's model on --judge-url (default: its first).")
+    ] = None,
+    judge_rubric: Annotated[
+        Path | None,
+        typer.Option(help="A text file: what a good session is (default: a general rubric)."),
+    ] = None,
+    judge_constraint: Annotated[
+        str,
+        typer.Option(
+            help="vllm: the answer constrained to 0-10 (vLLM's structured outputs); none: the "
+            "standard API only, the first integer 0-10 of the answer taken."
+        ),
+    ] = "vllm",
 ) -> None:
     """Streaming: read events, assemble episodes, write them to the episodes topic."""
     from pipeline.jobs import Outputs, run_streaming
@@ -94,7 +121,7 @@ def run(
     from pipeline.shards import Shard
 
     shard = Shard.parse(worker)  # a bad one fails before anything starts
-
+    judge = _judge(judge_url, judge_model, judge_rubric, judge_constraint)
     policy = RewardPolicy.of_options(reward_weight or [], reward_required or [], on_missing_reward)
     report = run_streaming(
         source,
@@ -104,8 +131,27 @@ def run(
         stop_when_idle,
         policy=policy,
         shard=shard,
+        judge=judge,
     )
     typer.echo(report.line())
+
+
+def _judge(
+    url: str | None, model: str | None, rubric: Path | None, constraint: str
+) -> JudgeConfig | None:
+    """The judge the options ask for (None without --judge-url)."""
+    from infra.judge import DEFAULT_RUBRIC, Constraint, JudgeConfig, served_model
+    from schemas.registry import choose
+
+    if url is None:
+        if model or rubric:
+            raise ConfigError("--judge-model and --judge-rubric need --judge-url")
+        return None
+    if rubric is not None and not rubric.is_file():
+        raise ConfigError(f"--judge-rubric {rubric}: no such file")
+    text = rubric.read_text() if rubric is not None else DEFAULT_RUBRIC
+    mode = choose(Constraint, constraint, "judge constraint")
+    return JudgeConfig(url, model or served_model(url), text, mode)
 
 
 @app.command("replay")

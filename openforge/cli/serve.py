@@ -71,6 +71,16 @@ def serve(
         int,
         typer.Option(help="Pipeline jobs, each on its share of the partitions (needs as many)."),
     ] = 1,
+    judge_model: Annotated[
+        str | None,
+        typer.Option(
+            help="Score each finished session with this model (e.g. the base model vLLM "
+            "serves; called directly, never recorded): a reward named 'judge'."
+        ),
+    ] = None,
+    judge_url: Annotated[
+        str | None, typer.Option(help="The judge's model server (default: --vllm).")
+    ] = None,
 ) -> None:
     """Serve live traffic and train on it: proxy, pipeline and trainer as three processes."""
     from openforge.serve.apart import ApartConfig, Service, ServicesApart
@@ -81,7 +91,7 @@ def serve(
         reward_required=tuple(reward_required or ()), on_missing_reward=on_missing_reward, lr=lr,
         episodes_per_update=episodes_per_update, max_staleness=max_staleness,
         trainer_backend=trainer_backend, trainer_ranks=trainer_ranks,
-        pipeline_workers=pipeline_workers,
+        pipeline_workers=pipeline_workers, judge_model=judge_model, judge_url=judge_url,
     )  # fmt: skip
     # SIGTERM stops like Ctrl-C; SIGINT too where a shell started this in the background.
     signal.signal(signal.SIGTERM, signal.default_int_handler)

@@ -58,7 +58,10 @@ class ApartConfig:
     group: live traffic has no task to compare within); None: each takes what is ready.
     ``trainer_backend``: ``cpu`` (the reference, one process) or ``verl``; ``trainer_ranks``:
     processes under torchrun (``verl`` only). ``pipeline_workers``: pipeline jobs, each reading
-    its share of the events topic's partitions (``pipeline.shards``; the log needs as many)."""
+    its share of the events topic's partitions (``pipeline.shards``; the log needs as many).
+    ``judge_model``: the pipeline scores each finished session with this model, on
+    ``judge_url`` (default: the same vLLM, called directly, never recorded), a reward named
+    ``judge`` (:mod:`pipeline.judge`) to weight or require like the others."""
 
     log_url: str
     vllm_url: str
@@ -77,6 +80,8 @@ class ApartConfig:
     trainer_backend: BackendName = BackendName.CPU
     trainer_ranks: int = 1
     pipeline_workers: int = 1
+    judge_model: str | None = None
+    judge_url: str | None = None
     proxy_args: tuple[str, ...] = ()
     pipeline_args: tuple[str, ...] = ()
     trainer_args: tuple[str, ...] = ()
@@ -119,6 +124,11 @@ class ApartConfig:
         n = self.episodes_per_update
         return [] if n is None else ["--groups-per-batch", str(n)]
 
+    def _judge(self) -> list[str]:
+        if self.judge_model is None:
+            return []
+        return ["--judge-url", self.judge_url or self.vllm_url, "--judge-model", self.judge_model]
+
     def instances(self, service: Service) -> int:
         """How many processes ``service`` runs (the pipeline's workers; one otherwise)."""
         return self.pipeline_workers if service is Service.PIPELINE else 1
@@ -143,7 +153,8 @@ class ApartConfig:
                 "--lateness", f"{self.lateness_s:g}", *rewards,
                 "--on-missing-reward", self.on_missing_reward,
                 "--archive", str(self.out / "archive"),
-                "--worker", f"{index}/{self.pipeline_workers}", *self.pipeline_args,
+                "--worker", f"{index}/{self.pipeline_workers}", *self._judge(),
+                *self.pipeline_args,
             ]  # fmt: skip
         if self.trainer_ranks > 1:  # rank 0 leads; every rank updates (trainer.ranks)
             cli = [

@@ -1,12 +1,13 @@
 """Streaming training from live traffic with the services apart (issue #30's "done when"): the
 proxy, the pipeline (two jobs, each on two partitions) and the trainer as separate processes on
 a 4-partition Kafka log, simulated users in all three dialects (nobody registers a rollout),
-feedback late for some sessions and never for others (by session or by response id), a rule over
-the recorded calls as the second reward source. Each service is restarted once mid-traffic (the
-pipeline's jobs and then the trainer SIGKILLed, the proxy stopped); then every answered call is
-recorded once, every session with feedback is trained on exactly once with both rewards, every
-session without it is dead-lettered, a reward after training is counted and not applied, and the
-served policy version advanced across the restarts."""
+feedback late for some sessions and never for others (by session or by response id), a rule
+over the recorded calls and the pipeline's judge (the base model on the same vLLM, scoring each
+finished session; required) as the other reward sources. Each service is restarted once
+mid-traffic (the pipeline's jobs and then the trainer SIGKILLed, the proxy stopped); then every
+answered call is recorded once, every session with feedback is trained on exactly once with the
+three rewards, every session without it is dead-lettered, a reward after training is counted
+and not applied, and the served policy version advanced across the restarts."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from functools import partial
 from pathlib import Path
 
 import httpx
+import pytest
 
 from infra.eventlog import DEAD_LETTER_TOPIC, EPISODES_TOPIC, EVENTS_TOPIC, records_in
 from infra.local.kafka import KafkaBroker
@@ -57,7 +59,8 @@ def test_live_traffic_trains_the_served_policy_and_a_restart_of_any_service_lose
         config = apart_config(
             url, vllm_server, tiny_model_dir, out,
             pipeline_workers=2,  # two jobs, each on two of the four partitions
-            reward_weights=("feedback=1", "rule:call_errors=-1"), reward_required=("feedback",),
+            reward_weights=("feedback=1", "rule:call_errors=-1", "judge=0.1"),
+            reward_required=("feedback", "judge"), judge_model="tiny",  # the base model judges
         )  # fmt: skip
         with services_apart(config) as services:
             warm_up(vllm_server)
@@ -151,13 +154,16 @@ def _check(
     assert book.episodes == book.trained == counts["feedback_posted"], book
     assert book.dead_lettered == counts["feedback_never"], book
 
-    # Both reward sources in each episode; every dialect seen; the sessions' own rollouts.
+    # The three reward sources in each episode; every dialect seen; the sessions' own rollouts.
     results = {rollout_of(r): r for r in report.results}
     episodes = [e for e in records_in(url, EPISODES_TOPIC) if isinstance(e, Episode)]
     for episode in episodes:
         feedback = results[episode.rollout_id].feedback
         assert episode.reward_components["feedback"] == feedback
-        assert episode.reward == feedback - episode.reward_components["rule:call_errors"]
+        values = episode.reward_components
+        assert 0.0 <= values["judge"] <= 1.0, values
+        expected = feedback - values["rule:call_errors"] + 0.1 * values["judge"]
+        assert episode.reward == pytest.approx(expected), values
     calls = [e for e in records_in(url, EVENTS_TOPIC) if isinstance(e, CompletionEvent)]
     assert {e.dialect.value for e in calls} == {"chat", "responses", "messages"}
     assert {e.rollout_id for e in calls} == set(results)
