@@ -24,6 +24,7 @@ from trainer.backends.base import TrainerBackend
 from trainer.batch import to_batch
 from trainer.lineage import StepArchive, step_record
 from trainer.metrics_log import MetricsLog
+from trainer.promotion import PromotionGate, PromotionLog
 from trainer.ranks import Ranks
 from trainer.schedule import Schedule
 from trainer.stream import (
@@ -90,6 +91,7 @@ class TrainerConfig:
     archive: Path | None = None
     engine: EngineMeter | None = None
     serve_at_start: bool = False
+    gate: PromotionGate | None = None
 
     def __post_init__(self) -> None:
         BACKENDS.get(self.backend)  # a typo fails here, listing the valid backends
@@ -199,7 +201,7 @@ class _Lead:
         metrics.update(_batch_metrics(episodes, state.policy_version, self.stream.stats))
         due = self.schedule.after(state.step, state.policy_version)
         if due.sync:
-            metrics["sync/seconds"] = self._sync(due.version)
+            metrics.update(self._sync_or_hold(due.version))
         metrics["policy/version"] = state.policy_version
         if self.cfg.engine is not None and (busy := self.cfg.engine.take()) is not None:
             metrics["engine/busy_fraction"] = busy
@@ -219,10 +221,42 @@ class _Lead:
             self._sync(self.state.policy_version + 1)
         logger.info("serving the starting weights as policy version %d", self.state.policy_version)
 
-    def _sync(self, version: int) -> float:
-        """Export the weights and serve them as ``version`` (recorded first); the seconds taken."""
-        assert self.cfg.sync is not None  # the schedule syncs only with a WeightSync
+    def _sync_or_hold(self, version: int) -> dict[str, float]:
+        """Export the weights and serve them as ``version``, if the gate (when set) promotes
+        them; every rank learns the version served (``_follow``). Metrics of the sync."""
         exported = self.backend.export_for_inference(_export_dir(self.cfg, self.state))
+        out: dict[str, float] = {}
+        gate = self.cfg.gate
+        check = None if gate is None else gate.check(exported, self._served, version)
+        if check is not None:
+            PromotionLog(self.cfg.out_dir / "promotions.jsonl").write(
+                self.state.step, version, self._served, check
+            )
+            out.update(check.metrics())
+        if check is None or check.promoted:
+            out["sync/seconds"] = self._swap(exported, version)
+        else:
+            logger.warning(
+                "candidate of step %d held: its held-out score %.3f is below the served policy "
+                "%d's %.3f by more than %g; version %d stays served",
+                self.state.step, check.candidate_score, self._served, check.served_score,
+                check.max_regression, self._served,
+            )  # fmt: skip
+        self.ranks.broadcast(self.state.policy_version)
+        return out
+
+    @property
+    def _served(self) -> int:
+        return self.state.policy_version
+
+    def _sync(self, version: int) -> float:
+        """Export the weights and serve them as ``version``; the seconds taken."""
+        exported = self.backend.export_for_inference(_export_dir(self.cfg, self.state))
+        return self._swap(exported, version)
+
+    def _swap(self, exported: Path, version: int) -> float:
+        """Serve ``exported`` as ``version`` (recorded first); the seconds taken."""
+        assert self.cfg.sync is not None  # the schedule syncs only with a WeightSync
         self.versions.record(self.state.step, version)
         self.state.policy_version = version
         seconds = self.cfg.sync.swap(exported, version)
@@ -302,9 +336,9 @@ def _follow(
         backend.train_step(to_batch(episodes), cfg.algo)
         state.step += 1
         due = schedule.after(state.step, state.policy_version)
-        if due.sync:
+        if due.sync:  # the lead's _sync_or_hold: the export, then the version it serves
             backend.export_for_inference(_export_dir(cfg, state))
-            state.policy_version = due.version
+            state.policy_version = ranks.broadcast(None)
         if due.checkpoint:
             checkpoint.save(_checkpoints(cfg), backend, state, ranks)
     checkpoint.save(_checkpoints(cfg), backend, state, ranks)

@@ -86,12 +86,14 @@ class WeightSync:
             )
         return resp
 
-    def load(self, adapter_dir: Path) -> None:
-        """Load a LoRA adapter as ``lora_name``, replacing the one served under that name."""
+    def load(self, adapter_dir: Path, name: str | None = None) -> None:
+        """Load a LoRA adapter as ``name`` (default ``lora_name``), replacing the one served
+        under that name."""
+        body = {"lora_name": name or self.lora_name, "lora_path": str(adapter_dir)}
         self._vllm(
             "/v1/load_lora_adapter",
             "Start vLLM with --enable-lora and VLLM_ALLOW_RUNTIME_LORA_UPDATING=True.",
-            json={"lora_name": self.lora_name, "lora_path": str(adapter_dir), "load_inplace": True},
+            json={**body, "load_inplace": True},
         )
 
     def load_full(self, weights_dir: Path) -> None:

@@ -226,6 +226,21 @@ QUERIES: tuple[Query, ...] = (
         """,
     ),
     Query(
+        "promotions",
+        "Safe promotion: held-out checks of each candidate",
+        "one row per promotion check: the judge's held-out score of the candidate and of the "
+        "policy served then, whether the candidate was served, and the version served after "
+        "the check (metrics promotion/*)",
+        """
+        SELECT step, any_value(metrics['promotion/candidate_score']) AS candidate_score,
+            any_value(metrics['promotion/served_score']) AS served_score,
+            any_value(metrics['promotion/promoted']) = 1 AS promoted,
+            any_value(policy_version) AS policy_version
+        FROM steps GROUP BY step
+        HAVING any_value(metrics['promotion/checked']) = 1 ORDER BY step
+        """,
+    ),
+    Query(
         "step_lineage",
         "Lineage of a training step",
         "one row per episode the step consumed: its rollout, task, group, harness, policy "

@@ -204,6 +204,17 @@ def _call_sections(r: dict[str, Result]) -> tuple[Section, ...]:
     )  # fmt: skip
 
 
+def _promotion_section(table: Result) -> Section:
+    """The promotion gate's checks: the candidate's and the served policy's scores per step."""
+    chart = charts.lines(
+        "promotions",
+        table.query.title,
+        {k: _pairs(table, "step", f"{k}_score") for k in ("candidate", "served")},
+        "training step",
+    )
+    return Section("Safe promotion", table.query.doc, chart, (table,))
+
+
 def _lineage_sections(r: dict[str, Result], step: int | None) -> tuple[Section, ...]:
     """What never made it into training, and the lineage of step ``step``."""
     lineage = r["step_lineage"]
@@ -232,6 +243,7 @@ def sections(results: dict[str, Result], step: int | None) -> tuple[Section, ...
         *_reward_sections(results),
         _recovery_section(results["error_recovery"]),
         *_call_sections(results),
+        _promotion_section(results["promotions"]),
         *_lineage_sections(results, step),
         *_cost_sections(results),
     )
@@ -241,8 +253,8 @@ CHART_NAMES: Sequence[str] = (
     "reward_per_step", "reward_by_task", "reward_by_harness", "reward_by_policy_version",
     "error_recovery",
     "continuity_by_harness", "fork_classes_by_harness", "staleness", "is_weights",
-    "latency_by_dialect", "tool_calls", "failures", "step_lineage", "cost_per_rollout",
-    "timeline",
+    "latency_by_dialect", "tool_calls", "promotions", "failures", "step_lineage",
+    "cost_per_rollout", "timeline",
 )  # fmt: skip
 """Every chart of the page, in order (each appears once, drawn or "no data")."""
 

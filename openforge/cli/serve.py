@@ -81,6 +81,17 @@ def serve(
     judge_url: Annotated[
         str | None, typer.Option(help="The judge's model server (default: --vllm).")
     ] = None,
+    promotion_prompts: Annotated[
+        Path | None,
+        typer.Option(
+            help="Safe promotion: held-out prompts (JSONL); a new policy is served only if the "
+            "judge scores its answers no worse than the served policy's (within the allowance).",
+            resolve_path=True,
+        ),
+    ] = None,
+    promotion_max_regression: Annotated[
+        float, typer.Option(help="How much worse (0-1 scale) a promoted policy may score.")
+    ] = 0.0,
 ) -> None:
     """Serve live traffic and train on it: proxy, pipeline and trainer as three processes."""
     from openforge.serve.apart import ApartConfig, Service, ServicesApart
@@ -92,6 +103,7 @@ def serve(
         episodes_per_update=episodes_per_update, max_staleness=max_staleness,
         trainer_backend=trainer_backend, trainer_ranks=trainer_ranks,
         pipeline_workers=pipeline_workers, judge_model=judge_model, judge_url=judge_url,
+        promotion_prompts=promotion_prompts, promotion_max_regression=promotion_max_regression,
     )  # fmt: skip
     # SIGTERM stops like Ctrl-C; SIGINT too where a shell started this in the background.
     signal.signal(signal.SIGTERM, signal.default_int_handler)

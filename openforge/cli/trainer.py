@@ -4,13 +4,18 @@ from __future__ import annotations
 
 import contextlib
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from openforge.cli.paths import absolute_location
+from schemas.errors import ConfigError
 from trainer.algorithm_names import AdvantageEstimator, PolicyLoss
 from trainer.backends import BackendName
+
+if TYPE_CHECKING:
+    from trainer.promotion import HeldOutJudge
+    from trainer.weight_sync import WeightSync
 
 app = typer.Typer(
     help="Off-policy-corrected RL on episodes (veRL's algorithms).", no_args_is_help=True
@@ -86,6 +91,29 @@ def run(
             help="Archive root for one lineage record per update (query: steps).", resolve_path=True
         ),
     ] = None,
+    promotion_prompts: Annotated[
+        Path | None,
+        typer.Option(
+            help='Safe promotion: a JSONL file of held-out prompts ({"prompt": ...} or '
+            '{"messages": [...]} per line); each candidate answers them beside the served '
+            "policy, a judge scores both, and one that regresses is not served.",
+            resolve_path=True,
+        ),
+    ] = None,
+    promotion_judge_model: Annotated[
+        str | None, typer.Option(help="The gate's judge model (default: the first --vllm serves).")
+    ] = None,
+    promotion_judge_url: Annotated[
+        str | None, typer.Option(help="The gate judge's model server (default: --vllm).")
+    ] = None,
+    promotion_max_regression: Annotated[
+        float,
+        typer.Option(
+            help="Serve a candidate whose held-out score is at most this much below the served "
+            "policy's (0-1 scale; negative: it must improve by that much)."
+        ),
+    ] = 0.0,
+    promotion_max_tokens: Annotated[int, typer.Option(help="Tokens of each held-out answer.")] = 64,
 ) -> None:
     """Consume episodes, update the policy, hand weights to vLLM, checkpoint; resumable."""
     from infra.engine_meter import EngineMeter
@@ -99,6 +127,10 @@ def run(
     # Full-weight training is served by reloading every weight; a LoRA adapter is hot-loaded.
     mode = SyncMode.LORA if lora_rank else SyncMode.FULL
     sync = WeightSync(vllm, lora_name, proxy, admin_token, mode=mode) if vllm else None
+    gate = _gate(
+        sync, promotion_prompts, promotion_judge_url, promotion_judge_model,
+        promotion_max_regression, promotion_max_tokens,
+    )  # fmt: skip
     with contextlib.ExitStack() as stack:
         engine = stack.enter_context(EngineMeter(vllm)) if vllm else None
         summary = _train(
@@ -130,6 +162,7 @@ def run(
                 archive=archive,
                 engine=engine,
                 serve_at_start=serve_at_start,
+                gate=gate,
             )
         )
     served = "" if sync else " (no --vllm: the weights stay in the checkpoints, none served)"
@@ -137,3 +170,26 @@ def run(
         f"{summary['steps']} steps, policy version {summary['policy_version']}{served}, "
         f"metrics in {out}/metrics.csv"
     )
+
+
+def _gate(
+    sync: WeightSync | None,
+    prompts: Path | None,
+    judge_url: str | None,
+    judge_model: str | None,
+    max_regression: float,
+    max_tokens: int,
+) -> HeldOutJudge | None:
+    """The promotion gate the options ask for (None without --promotion-prompts)."""
+    from infra.judge import JudgeConfig, served_model
+    from trainer.promotion import HeldOutJudge, load_prompts
+
+    if prompts is None:
+        if judge_url or judge_model:
+            raise ConfigError("--promotion-judge-* need --promotion-prompts (the held-out set)")
+        return None
+    if sync is None:
+        raise ConfigError("--promotion-prompts needs --vllm: the gate runs the candidate there")
+    url = judge_url or sync.vllm_url
+    judge = JudgeConfig(url, judge_model or served_model(url))
+    return HeldOutJudge(load_prompts(prompts), judge, sync, max_regression, max_tokens)

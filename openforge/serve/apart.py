@@ -36,6 +36,7 @@ from infra.local.process import ServiceProcess
 from infra.proxy_client import ProxyAdmin
 from schemas.errors import ConfigError, OpenForgeError, ServiceError
 from trainer.backends import BackendName
+from trainer.promotion import load_prompts
 
 
 class Service(Enum):
@@ -61,7 +62,11 @@ class ApartConfig:
     its share of the events topic's partitions (``pipeline.shards``; the log needs as many).
     ``judge_model``: the pipeline scores each finished session with this model, on
     ``judge_url`` (default: the same vLLM, called directly, never recorded), a reward named
-    ``judge`` (:mod:`pipeline.judge`) to weight or require like the others."""
+    ``judge`` (:mod:`pipeline.judge`) to weight or require like the others.
+    ``promotion_prompts``: a held-out prompt set (JSONL); each new policy is served only if the
+    judge (``judge_model``, else the first model vLLM lists) scores its answers no more than
+    ``promotion_max_regression`` below the served policy's (:mod:`trainer.promotion`), each
+    answer at most ``promotion_max_tokens`` long."""
 
     log_url: str
     vllm_url: str
@@ -82,6 +87,9 @@ class ApartConfig:
     pipeline_workers: int = 1
     judge_model: str | None = None
     judge_url: str | None = None
+    promotion_prompts: Path | None = None
+    promotion_max_regression: float = 0.0
+    promotion_max_tokens: int = 64
     proxy_args: tuple[str, ...] = ()
     pipeline_args: tuple[str, ...] = ()
     trainer_args: tuple[str, ...] = ()
@@ -98,6 +106,8 @@ class ApartConfig:
                 "from its events, and it ends only after it has been idle that long"
             )
         self._check_trainer()
+        if self.promotion_prompts is not None:
+            load_prompts(self.promotion_prompts)  # a bad held-out file fails here
         if self.pipeline_workers < 1:
             raise ConfigError(f"pipeline_workers must be at least 1, not {self.pipeline_workers}")
         if not (self.model_dir / "config.json").exists():
@@ -128,6 +138,17 @@ class ApartConfig:
         if self.judge_model is None:
             return []
         return ["--judge-url", self.judge_url or self.vllm_url, "--judge-model", self.judge_model]
+
+    def _promotion(self) -> list[str]:
+        if self.promotion_prompts is None:
+            return []
+        judge = ["--promotion-judge-model", self.judge_model] if self.judge_model else []
+        judge += ["--promotion-judge-url", self.judge_url] if self.judge_url else []
+        return [
+            "--promotion-prompts", str(self.promotion_prompts),
+            f"--promotion-max-regression={self.promotion_max_regression:g}",
+            "--promotion-max-tokens", str(self.promotion_max_tokens), *judge,
+        ]  # fmt: skip
 
     def instances(self, service: Service) -> int:
         """How many processes ``service`` runs (the pipeline's workers; one otherwise)."""
@@ -168,7 +189,7 @@ class ApartConfig:
             "--proxy", self.proxy_url, "--serve-at-start", "--group-size", "1",
             "--lr", f"{self.lr:g}", "--max-staleness", str(self.max_staleness),
             *self._batching(),
-            "--archive", str(self.out / "archive"), *self.trainer_args,
+            "--archive", str(self.out / "archive"), *self._promotion(), *self.trainer_args,
         ]  # fmt: skip
 
 

@@ -162,12 +162,16 @@ def write_run(path: Path) -> SmallRun:
         for step, chosen in steps.items():
             f.write(json.dumps({"step": step, "episodes": chosen}) + "\n")
     fields = ["step", "reward/mean", "policy/version", "rollout_corr/rollout_is_min",
-              "rollout_corr/rollout_is_mean", "rollout_corr/rollout_is_max"]  # fmt: skip
+              "rollout_corr/rollout_is_mean", "rollout_corr/rollout_is_max",
+              "promotion/checked", "promotion/promoted", "promotion/candidate_score",
+              "promotion/served_score"]  # fmt: skip
     with open(trainer / "metrics.csv", "w", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(fields)
         for step in steps:
-            writer.writerow([step, 0.5, step, 0.8 - 0.1 * step, 1.0, 1.2 + 0.1 * step])
+            held = step == 2  # its candidate scored below the served policy
+            writer.writerow([step, 0.5, step, 0.8 - 0.1 * step, 1.0, 1.2 + 0.1 * step,
+                             1, 0 if held else 1, 0.3 if held else 0.6, 0.5])  # fmt: skip
     return SmallRun(path, episodes, written, steps, heldout, unrewarded, dead)
 
 

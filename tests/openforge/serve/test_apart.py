@@ -54,6 +54,8 @@ def test_live_traffic_trains_the_served_policy_and_a_restart_of_any_service_lose
     vllm_server: VLLMServer, tiny_model_dir: Path, tmp_path: Path
 ) -> None:
     out = tmp_path / "serve"
+    heldout = tmp_path / "heldout.jsonl"
+    heldout.write_text('{"prompt": "Say hello."}\n{"prompt": "Count to three."}\n')
     with KafkaBroker(data_dir=tmp_path / "kafka") as broker:
         url = f"kafka://{broker.bootstrap}?partitions=4"
         config = apart_config(
@@ -61,6 +63,8 @@ def test_live_traffic_trains_the_served_policy_and_a_restart_of_any_service_lose
             pipeline_workers=2,  # two jobs, each on two of the four partitions
             reward_weights=("feedback=1", "rule:call_errors=-1", "judge=0.1"),
             reward_required=("feedback", "judge"), judge_model="tiny",  # the base model judges
+            promotion_prompts=heldout, promotion_max_regression=1.0,  # checked, always served
+            promotion_max_tokens=8,
         )  # fmt: skip
         with services_apart(config) as services:
             warm_up(vllm_server)
@@ -174,5 +178,7 @@ def _check(
     lines = (out / "trainer" / "versions.jsonl").read_text().splitlines()
     versions = [json.loads(line)["version"] for line in lines]
     assert versions == sorted(set(versions)) and served == versions[-1] >= 3, versions
+    checks = [json.loads(line) for line in (out / "trainer" / "promotions.jsonl").open()]
+    assert len(checks) >= 3 and all(c["promoted"] for c in checks), checks  # every sync gated
     assert 1 <= restarts["pipeline"] <= restarts["trainer"] <= restarts["proxy"], restarts
     assert len(book.versions_stamped) >= 2 and max(book.versions_stamped) >= restarts["proxy"]
