@@ -24,7 +24,8 @@ from infra.local.kafka import KafkaBroker
 from infra.local.kube import LocalKube
 from infra.local.process import kill_tagged, leftover_processes
 from infra.local.vllm import VLLMServer
-from infra.tiny_model import build_tiny_model
+from infra.paths import default_tiny_dir
+from infra.tiny_model import TinyModelSpec, build_tiny_model
 
 TINY_SEED = 0
 
@@ -90,6 +91,27 @@ def real_kube() -> Iterator[LocalKube]:
 @pytest.fixture(scope="session")
 def vllm_server(tiny_model_dir: Path) -> Iterator[VLLMServer]:
     with VLLMServer(tiny_model_dir, served_model_name="tiny") as server:
+        yield server
+
+
+LONG_CONTEXT = 65536
+
+
+@pytest.fixture(scope="session")
+def long_model_dir() -> Path:
+    """The tiny model (same seed, same weights) with a 64k-token context."""
+    spec = TinyModelSpec(max_position_embeddings=LONG_CONTEXT)
+    return build_tiny_model(default_tiny_dir(TINY_SEED, LONG_CONTEXT), seed=TINY_SEED, spec=spec)
+
+
+@pytest.fixture(scope="package")
+def long_vllm(long_model_dir: Path) -> Iterator[VLLMServer]:
+    """A vLLM for real harnesses: their own system prompts and tool lists are 17k-31k tokens
+    with the tiny model's tokenizer, past the suite's 4096-token server. Per test package that
+    asks for it."""
+    with VLLMServer(
+        long_model_dir, served_model_name="tiny", max_model_len=LONG_CONTEXT, enable_lora=False
+    ) as server:
         yield server
 
 

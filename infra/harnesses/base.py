@@ -70,16 +70,22 @@ class Capabilities:
 
 @dataclass(frozen=True)
 class Endpoint:
-    """Where a rollout's harness sends its model calls: the proxy, scoped to one rollout."""
+    """Where a rollout's harness sends its model calls: the proxy, scoped to one rollout; or,
+    with ``open_mode``, the proxy's plain routes, where the harness's own session header names
+    its rollout (a user's harness in front of an ``openforge proxy --open``)."""
 
     proxy_url: str  # http://HOST:PORT, no path
     rollout_id: str
     api_key: str  # the rollout's key (attributes calls even without the path)
     model: str = "tiny"
+    open_mode: bool = False
 
     @property
     def rollout_base(self) -> str:
-        """The per-rollout prefix: ``{proxy}/rollout/{id}`` (append ``/v1`` for OpenAI)."""
+        """The per-rollout prefix: ``{proxy}/rollout/{id}`` (append ``/v1`` for OpenAI); in
+        open mode the proxy itself."""
+        if self.open_mode:
+            return self.proxy_url.rstrip("/")
         return f"{self.proxy_url.rstrip('/')}/rollout/{self.rollout_id}"
 
 

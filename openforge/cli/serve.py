@@ -158,9 +158,17 @@ def traffic(
         typer.Option(help="Read the feedback credential from this file.", resolve_path=True),
     ] = None,
     seed: Annotated[int, typer.Option(help="Seed of the sessions' plans.")] = 0,
+    harness: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="A real harness that plays sessions too, in turn with the dialects: codex or "
+            "claude-code (repeatable; installed by scripts/setup harnesses)."
+        ),
+    ] = None,
 ) -> None:
-    """Simulated users: multi-turn sessions in all three dialects through a proxy in open
-    mode, with feedback late for some sessions and never for others; prints the counts."""
+    """Simulated users: multi-turn sessions in all three dialects (and real harnesses, with
+    --harness) through a proxy in open mode, with feedback late for some sessions and never for
+    others; prints the counts."""
     from infra.proxy_client import ProxyAdmin
     from openforge.traffic.simulate import TrafficConfig, run
 
@@ -169,14 +177,15 @@ def traffic(
     cfg = TrafficConfig(
         proxy, users=users, sessions=sessions, turns=turns, feedback_fraction=feedback_fraction,
         feedback_delay_s=(0.0, feedback_delay), max_tokens=max_tokens,
-        feedback_token=feedback_token, seed=seed,
+        feedback_token=feedback_token, seed=seed, harnesses=tuple(harness or ()),
     )  # fmt: skip
     with contextlib.closing(ProxyAdmin(proxy.rstrip("/"), timeout=10)) as admin:
         keep_going = (lambda: True) if until_version is None else _below(admin, until_version)
         counts = run(cfg, keep_going).counts()
         version = admin.policy_version()
     typer.echo(json.dumps({**counts, "policy_version": version}))
-    if counts["calls_answered"] == 0:
+    played = counts["harness_sessions"] - counts["harness_sessions_failed"]
+    if counts["calls_answered"] == 0 and played == 0:
         raise typer.Exit(1)  # nothing succeeded
     if until_version is not None and version < until_version:
         typer.echo(

@@ -1,6 +1,8 @@
 """N concurrent simulated users against a proxy in open mode (:mod:`openforge.traffic.users`).
 
-Each user plays sessions one after another, cycling through the three dialects; a fraction of
+Each user plays sessions one after another, cycling through the three dialects and the real
+harnesses asked for (``harnesses``: Codex CLI, Claude Code, :mod:`openforge.traffic.harness_users`);
+a fraction of
 the sessions gets feedback, each after a delay drawn from ``feedback_delay_s`` (late: after the
 proxy ended the idle session), and the rest never. The run ends after ``sessions`` sessions, or
 earlier when ``keep_going`` says so; every feedback still due is then posted before it returns.
@@ -10,11 +12,14 @@ from __future__ import annotations
 
 import asyncio
 import random
+import tempfile
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from openforge.traffic.dialects import Dialect
+from openforge.traffic.harness_users import harness_dialect, play_harness
 from openforge.traffic.users import ProxyClient, SessionPlan, SessionResult, give_feedback, play
 from schemas.errors import ConfigError
 
@@ -27,7 +32,10 @@ class TrafficConfig:
     """users: concurrent users; sessions: sessions in all (None: until ``keep_going`` is false);
     turns: calls per session; feedback_fraction: the share of sessions that get feedback;
     feedback_delay_s: (low, high) seconds after a session's last answer; think_s: a user's pause
-    between sessions; tag: prefix of the session ids (default: random, so runs never collide)."""
+    between sessions; tag: prefix of the session ids (default: random, so runs never collide);
+    harnesses: real harnesses that play sessions too, in turn with the dialects (their homes
+    and workspaces under ``harness_root``, default a temporary directory), each run at most
+    ``harness_timeout_s``."""
 
     proxy_url: str
     users: int = 4
@@ -41,6 +49,9 @@ class TrafficConfig:
     feedback_token: str | None = None
     retry_s: float = 60.0
     dialects: tuple[Dialect, ...] = tuple(Dialect)
+    harnesses: tuple[str, ...] = ()
+    harness_root: Path | None = None
+    harness_timeout_s: float = 180.0
     tag: str = field(default_factory=lambda: uuid.uuid4().hex[:6])
 
     def __post_init__(self) -> None:
@@ -51,8 +62,10 @@ class TrafficConfig:
         low, high = self.feedback_delay_s
         if not 0.0 <= low <= high:
             raise ConfigError("feedback_delay_s must be (low, high) with 0 <= low <= high")
-        if not self.dialects:
-            raise ConfigError("traffic: name at least one dialect")
+        if not self.dialects and not self.harnesses:
+            raise ConfigError("traffic: name at least one dialect or harness")
+        for name in self.harnesses:
+            harness_dialect(name)  # one that cannot be a user fails here
 
 
 @dataclass
@@ -76,22 +89,30 @@ class TrafficReport:
             "feedback_by_response": sum(r.feedback is not None and r.plan.by_response for r in rs),
             "feedback_failed": sum(r.feedback_error is not None for r in rs),
             "feedback_never": sum(r.plan.feedback_after_s is None for r in rs),
+            "harness_sessions": sum(r.plan.harness is not None for r in rs),
+            "harness_sessions_failed": sum(r.plan.harness is not None and r.failed > 0 for r in rs),
         }
 
 
 def plans(cfg: TrafficConfig) -> Iterator[SessionPlan]:
     """The sessions to play, in order (deterministic in ``seed``)."""
     rng = random.Random(cfg.seed)
+    players: list[Dialect | str] = [*cfg.dialects, *cfg.harnesses]
     n = 0
     while cfg.sessions is None or n < cfg.sessions:
         feedback = rng.random() < cfg.feedback_fraction
+        player = players[n % len(players)]
+        harness = player if isinstance(player, str) and player in cfg.harnesses else None
         yield SessionPlan(
-            session=f"sim-{cfg.tag}-{n:05d}",
-            dialect=cfg.dialects[n % len(cfg.dialects)],
+            session=f"sim-{cfg.tag}-{n:05d}",  # a harness names its own: the result says which
+            dialect=harness_dialect(harness) if harness else Dialect(player),
             word=rng.choice(WORDS),
             turns=cfg.turns,
             feedback_after_s=rng.uniform(*cfg.feedback_delay_s) if feedback else None,
-            by_response=n % 4 == 3,  # a quarter rate one answer by its id (every dialect in turn)
+            # a quarter rate one answer by its id (every dialect in turn); a harness's answers
+            # are its own: feedback finds its session by the id it reports
+            by_response=n % 4 == 3 and harness is None,
+            harness=harness,
         )
         n += 1
 
@@ -103,10 +124,16 @@ async def simulate(
     client = ProxyClient(cfg.proxy_url, cfg.feedback_token, cfg.retry_s)
     todo, results = plans(cfg), []
     feedback: list[asyncio.Task[None]] = []
+    root = cfg.harness_root or Path(tempfile.mkdtemp(prefix="openforge-users-"))
+
+    async def session(plan: SessionPlan) -> SessionResult:
+        if plan.harness is None:
+            return await play(client, plan, cfg.max_tokens)
+        return await play_harness(cfg.proxy_url, plan, root, cfg.harness_timeout_s)
 
     async def user() -> None:
         for plan in todo:  # one iterator shared by the users: each plan is played once
-            result = await play(client, plan, cfg.max_tokens)
+            result = await session(plan)
             results.append(result)
             feedback.append(asyncio.create_task(give_feedback(client, result)))
             if not keep_going():

@@ -39,6 +39,7 @@ class SessionPlan:
     turns: int
     feedback_after_s: float | None
     by_response: bool = False
+    harness: str | None = None  # a real harness plays it (openforge.traffic.harness_users)
 
 
 @dataclass
@@ -55,9 +56,13 @@ class SessionResult:
     feedback_error: str | None = None  # why posting it failed
     feedback_retries: int = 0  # posts retried (the proxy restarting, paused or behind)
     errors: list[str] = field(default_factory=list)
+    harness_exit: int | None = None  # a harness session: its exit code (None: timed out)
+    verdict: float | None = None  # a harness session: the verdict on what it left
 
     def judged(self) -> float:
         """The simulated person's verdict (see the module docstring)."""
+        if self.verdict is not None:
+            return self.verdict
         if self.plan.word in self.last_reply.lower():
             return 1.0
         return 0.5 if len(self.last_reply.split()) <= SHORT_WORDS else 0.0
@@ -172,7 +177,7 @@ async def play(client: ProxyClient, plan: SessionPlan, max_tokens: int) -> Sessi
 async def give_feedback(client: ProxyClient, result: SessionResult) -> None:
     """The person's feedback, ``plan.feedback_after_s`` after the session's last answer."""
     after = result.plan.feedback_after_s
-    if after is None or result.answered == 0:
+    if after is None or (result.answered == 0 and result.verdict is None):
         return
     await asyncio.sleep(max(0.0, result.ended_at + after - time.monotonic()))
     value = result.judged()
