@@ -71,12 +71,16 @@ def serve(
         int,
         typer.Option(help="Pipeline jobs, each on its share of the partitions (needs as many)."),
     ] = 1,
+    judge: Annotated[
+        bool,
+        typer.Option(
+            help="Score each finished session with a rubric through a model (called directly, "
+            "never recorded): a reward named 'judge' to weight or require."
+        ),
+    ] = False,
     judge_model: Annotated[
         str | None,
-        typer.Option(
-            help="Score each finished session with this model (e.g. the base model vLLM "
-            "serves; called directly, never recorded): a reward named 'judge'."
-        ),
+        typer.Option(help="The judge's model (default: the first its server lists: the base)."),
     ] = None,
     judge_url: Annotated[
         str | None, typer.Option(help="The judge's model server (default: --vllm).")
@@ -102,7 +106,8 @@ def serve(
         reward_required=tuple(reward_required or ()), on_missing_reward=on_missing_reward, lr=lr,
         episodes_per_update=episodes_per_update, max_staleness=max_staleness,
         trainer_backend=trainer_backend, trainer_ranks=trainer_ranks,
-        pipeline_workers=pipeline_workers, judge_model=judge_model, judge_url=judge_url,
+        pipeline_workers=pipeline_workers, judge=judge, judge_model=judge_model,
+        judge_url=judge_url,
         promotion_prompts=promotion_prompts, promotion_max_regression=promotion_max_regression,
     )  # fmt: skip
     # SIGTERM stops like Ctrl-C; SIGINT too where a shell started this in the background.

@@ -60,9 +60,10 @@ class ApartConfig:
     ``trainer_backend``: ``cpu`` (the reference, one process) or ``verl``; ``trainer_ranks``:
     processes under torchrun (``verl`` only). ``pipeline_workers``: pipeline jobs, each reading
     its share of the events topic's partitions (``pipeline.shards``; the log needs as many).
-    ``judge_model``: the pipeline scores each finished session with this model, on
-    ``judge_url`` (default: the same vLLM, called directly, never recorded), a reward named
-    ``judge`` (:mod:`pipeline.judge`) to weight or require like the others.
+    ``judge``: the pipeline scores each finished session with ``judge_model`` (default: the
+    first model the server lists: vLLM's base model) on ``judge_url`` (default: the same vLLM,
+    called directly, never recorded), a reward named ``judge`` (:mod:`pipeline.judge`) to
+    weight or require like the others.
     ``promotion_prompts``: a held-out prompt set (JSONL); each new policy is served only if the
     judge (``judge_model``, else the first model vLLM lists) scores its answers no more than
     ``promotion_max_regression`` below the served policy's (:mod:`trainer.promotion`), each
@@ -85,6 +86,7 @@ class ApartConfig:
     trainer_backend: BackendName = BackendName.CPU
     trainer_ranks: int = 1
     pipeline_workers: int = 1
+    judge: bool = False
     judge_model: str | None = None
     judge_url: str | None = None
     promotion_prompts: Path | None = None
@@ -108,6 +110,8 @@ class ApartConfig:
         self._check_trainer()
         if self.promotion_prompts is not None:
             load_prompts(self.promotion_prompts)  # a bad held-out file fails here
+        if (self.judge_model or self.judge_url) and not self.judge and not self.promotion_prompts:
+            raise ConfigError("--judge-model and --judge-url choose the judge: add --judge")
         if self.pipeline_workers < 1:
             raise ConfigError(f"pipeline_workers must be at least 1, not {self.pipeline_workers}")
         if not (self.model_dir / "config.json").exists():
@@ -135,9 +139,10 @@ class ApartConfig:
         return [] if n is None else ["--groups-per-batch", str(n)]
 
     def _judge(self) -> list[str]:
-        if self.judge_model is None:
+        if not self.judge:
             return []
-        return ["--judge-url", self.judge_url or self.vllm_url, "--judge-model", self.judge_model]
+        model = ["--judge-model", self.judge_model] if self.judge_model else []
+        return ["--judge-url", self.judge_url or self.vllm_url, *model]
 
     def _promotion(self) -> list[str]:
         if self.promotion_prompts is None:

@@ -124,7 +124,8 @@ SPECS: dict[str, Spec] = {
     ),
     '.venv/bin/openforge serve --log "KAFKA?partitions=4" --vllm http://127.0.0.1:PORT --model '
     "runs/tiny --port 8200 --session-idle 5 --lateness 60 --reward-weight feedback=1 "
-    "--reward-weight rule:call_errors=-1 --reward-required feedback": Spec(
+    "--reward-weight rule:call_errors=-1 --reward-weight judge=0.2 --reward-required feedback "
+    "--reward-required judge --judge": Spec(
         service=True,
         ready=r"proxy http://127\.0\.0\.1:8200 \(open mode\); running",
         expect=(r"feedback: POST http://127\.0\.0\.1:8200/sessions/SESSION/reward", "stopping"),

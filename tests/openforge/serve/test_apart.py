@@ -54,15 +54,14 @@ def test_live_traffic_trains_the_served_policy_and_a_restart_of_any_service_lose
     vllm_server: VLLMServer, tiny_model_dir: Path, tmp_path: Path
 ) -> None:
     out = tmp_path / "serve"
-    heldout = tmp_path / "heldout.jsonl"
-    heldout.write_text('{"prompt": "Say hello."}\n{"prompt": "Count to three."}\n')
+    heldout = Path(__file__).resolve().parents[3] / "examples" / "heldout-prompts.jsonl"
     with KafkaBroker(data_dir=tmp_path / "kafka") as broker:
         url = f"kafka://{broker.bootstrap}?partitions=4"
         config = apart_config(
             url, vllm_server, tiny_model_dir, out,
             pipeline_workers=2,  # two jobs, each on two of the four partitions
             reward_weights=("feedback=1", "rule:call_errors=-1", "judge=0.1"),
-            reward_required=("feedback", "judge"), judge_model="tiny",  # the base model judges
+            reward_required=("feedback", "judge"), judge=True,  # the base model judges
             promotion_prompts=heldout, promotion_max_regression=1.0,  # checked, always served
             promotion_max_tokens=8,
         )  # fmt: skip
