@@ -2,7 +2,8 @@
 duplicated and trained counts, the proxy's memory over time, reward-to-update latency and the
 policy staleness of what was trained.
 
-    .venv/bin/python -m bench.traffic_soak [--minutes 8] [--users 4] [--restarts]
+    .venv/bin/python -m bench.traffic_soak [--minutes 8] [--users 4] [--restarts] [--judge]
+        [--promotion MAX_REGRESSION]
 
 The code path measured is streaming training from live traffic as ``openforge serve`` runs it
 (:mod:`openforge.serve.apart`): a Kafka broker (4 partitions a topic), vLLM on the tiny model, and
@@ -15,7 +16,11 @@ episode more than 8 versions behind is dropped, and counted). ``openforge.traffi
 ``--users`` users, each a stream of 2-turn sessions in Chat Completions, Responses and Anthropic
 Messages in turn; 70% of the sessions get feedback 1-6 s after their last answer (after the proxy
 ended them: late), the rest never. ``--restarts`` kills the pipeline and the trainer (SIGKILL) and
-stops the proxy, once each, spread over the run.
+stops the proxy, once each, spread over the run. ``--judge`` adds the pipeline's judge (the base
+model on the same vLLM scores each finished session, a reward ``judge`` weighted 0.2 and
+required); ``--promotion X`` gates each weight sync on ``examples/heldout-prompts.jsonl``
+(served only if its held-out score is at most X below the served policy's): the run then
+reports judge rewards posted and the checks promoted and held.
 
 Proof of path: every call is attributed by its session header to a ``session-<id>`` rollout
 (none is registered), the episodes carry both reward sources, and the trainer's versions
@@ -31,6 +36,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import csv
+import json
 import statistics
 import tempfile
 import threading
@@ -39,6 +45,7 @@ from pathlib import Path
 
 import httpx
 
+from infra.eventlog import EVENTS_TOPIC, records_in
 from infra.local.kafka import KafkaBroker
 from infra.local.process import free_port
 from infra.local.vllm import VLLMServer
@@ -48,9 +55,11 @@ from openforge.serve.apart import ApartConfig, Service, ServicesApart, services_
 from openforge.traffic.ledger import ledger, rollout_of, trained_ids
 from openforge.traffic.simulate import TrafficConfig, TrafficReport, run
 from schemas.episode import episode_id_for
+from schemas.reward import RewardEvent
 
 SESSION_IDLE_S = 2.0
 LATENESS_S = 30.0
+HELDOUT = Path(__file__).resolve().parents[1] / "examples" / "heldout-prompts.jsonl"
 
 
 def rss_mb(pid: int) -> float:
@@ -77,7 +86,7 @@ class Watch:
         while not self.stop.wait(0.2):
             for episode in trained_ids(self.out / "trainer"):
                 self.seen.setdefault(episode, time.time())
-            proxy = self.services.processes.get(Service.PROXY)
+            proxy = next(iter(self.services.processes.get(Service.PROXY) or []), None)
             if proxy is not None and proxy.pid and time.time() - last >= 5:
                 last = time.time()
                 with contextlib.suppress(FileNotFoundError, StopIteration, httpx.HTTPError):
@@ -97,10 +106,14 @@ def soak(args: argparse.Namespace, tmp: Path) -> None:
         VLLMServer(model) as vllm,
     ):
         url = f"kafka://{broker.bootstrap}?partitions=4"
+        judged = ("judge=0.2",) if args.judge else ()
         config = ApartConfig(
             url, vllm.base_url, model, out, port=free_port(), session_idle_s=SESSION_IDLE_S,
             lateness_s=LATENESS_S, lr=1e-2,
-            reward_weights=("feedback=1", "rule:call_errors=-1"), reward_required=("feedback",),
+            reward_weights=("feedback=1", "rule:call_errors=-1", *judged),
+            reward_required=("feedback", *(["judge"] if args.judge else [])), judge=args.judge,
+            promotion_prompts=HELDOUT if args.promotion is not None else None,
+            promotion_max_regression=args.promotion or 0.0, promotion_max_tokens=16,
         )  # fmt: skip
         with services_apart(config) as services:
             watch = Watch(services, out)
@@ -184,7 +197,23 @@ def _report(
         ))  # fmt: skip
     print(f"proxy live/finished rollouts held, last samples: {watch.remembered[-3:]}")
     print(f"policy version served at the end: {served}")
+    _extras(url, out)
     assert book.lost == 0 and book.trained_twice == 0 and served > 0, book
+
+
+def _extras(url: str, out: Path) -> None:
+    """The judge's rewards and the promotion checks, where the run had them."""
+    verdicts = [r for r in records_in(url, EVENTS_TOPIC) if isinstance(r, RewardEvent)]
+    judged = [r for r in verdicts if r.verifier == "judge"]
+    if judged:
+        scores = [r.reward for r in judged]
+        print(f"judge rewards: {len(judged)} ({len({r.rollout_id for r in judged})} sessions), "
+              f"mean score {statistics.mean(scores):.3f}")  # fmt: skip
+    checks = out / "trainer" / "promotions.jsonl"
+    if checks.exists():
+        lines = [json.loads(line) for line in checks.read_text().splitlines()]
+        promoted = sum(bool(c["promoted"]) for c in lines)
+        print(f"promotion checks: {len(lines)}, promoted {promoted}, held {len(lines) - promoted}")
 
 
 def main() -> None:
@@ -192,6 +221,8 @@ def main() -> None:
     parser.add_argument("--minutes", type=float, default=8.0)
     parser.add_argument("--users", type=int, default=4)
     parser.add_argument("--restarts", action="store_true")
+    parser.add_argument("--judge", action="store_true")
+    parser.add_argument("--promotion", type=float, default=None, metavar="MAX_REGRESSION")
     args = parser.parse_args()
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="openforge-soak-") as tmp:
