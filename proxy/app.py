@@ -194,6 +194,8 @@ def create_app(
             async with reaping(app.state.proxy, idle):
                 yield
         finally:
+            if config.open_mode:  # proxy.session_log: the next proxy takes them over
+                app.state.proxy.save_live_sessions()
             await upstream.aclose()
             publisher.close()
 

@@ -67,6 +67,10 @@ class Rollout:
         """How many calls were numbered for this rollout (each gets one completion event)."""
         return self._next_call
 
+    def number_from(self, calls: int) -> None:
+        """Number its next call ``calls`` (a rollout taken over from a stopped proxy)."""
+        self._next_call = calls
+
     def enter(self) -> None:
         """A call of this rollout starts (it is active until the matching :meth:`leave`)."""
         self._in_flight += 1
@@ -152,6 +156,16 @@ class RolloutRegistry:
     def by_session(self, identity: str) -> Rollout | None:
         """The live rollout of the open-mode session ``identity``."""
         return self._by_session.get(identity)
+
+    def remember_sessions(self, ended: OrderedDict[str, str]) -> None:
+        """Sessions that ended before this proxy started (identity -> last rollout id, oldest
+        first; :mod:`proxy.session_log`)."""
+        for identity, rollout_id in ended.items():
+            self._session_last[identity] = rollout_id
+
+    def ended_before(self, identity: str) -> bool:
+        """Whether a rollout of session ``identity`` ended (while that is remembered)."""
+        return identity in self._session_last
 
     def latest_of_session(self, identity: str) -> str | None:
         """The id of session ``identity``'s live rollout, else of its last ended one while that

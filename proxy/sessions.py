@@ -13,8 +13,9 @@ A session's rollout ends
   need not wait out the idle time.
 
 A later call of the same session is never refused for that: it starts the session's next
-rollout. The first is ``session-<identity>``; while that one is remembered as finished, the next
-is ``session-<identity>.<ms>`` (the start in Unix milliseconds). Every rollout of a session
+rollout. The first is ``session-<identity>``; while a rollout of the session is remembered as
+ended (across restarts too: :mod:`proxy.session_log`), the next is ``session-<identity>.<ms>``
+(the start in Unix milliseconds). Every rollout of a session
 carries ``metadata.session`` = the identity, for queries. The proxy keeps nothing per session
 beyond its live rollout, and finished rollouts stay in the registry's bounded memory
 (``finished_rollouts``), so memory is bounded by the live sessions plus that bound.
@@ -51,7 +52,7 @@ def session_rollout(state: ProxyState, identity: str, client: str | None = None)
     if live is not None:
         return live
     rollout_id = first
-    if state.rollouts.finished(first) is not None:
+    if state.rollouts.ended_before(identity) or state.rollouts.finished(first) is not None:
         rollout_id = f"{first}.{time.time_ns() // 1_000_000}"
     rollout = state.rollouts.create(
         rollout_id, mint_key=False, session=identity, metadata={"session": identity}

@@ -15,6 +15,7 @@ from proxy.redaction import Redactor
 from proxy.render import Renderer
 from proxy.rollouts import Rollout, RolloutRegistry
 from proxy.session_clients import ClientSessions
+from proxy.session_log import LiveSession, SessionLog
 from proxy.swap_state import remembered
 from proxy.upstream import Upstream
 from schemas.enums import RolloutPhase
@@ -40,6 +41,11 @@ class ProxyState:
         self.message_limit = message_limit
         self.metrics = metrics if metrics is not None else ProxyMetrics()
         self.rollouts = RolloutRegistry(config.finished_rollouts)
+        # open mode: session ends survive a restart (proxy.session_log)
+        self.session_log = SessionLog(config.spool_dir, config.finished_rollouts)
+        if config.open_mode:
+            self.rollouts.remember_sessions(self.session_log.load())
+            self._take_over(self.session_log.take_live())
         self.clients = ClientSessions()  # open mode with session_client_header
         self.recorder = Recorder(
             publisher,
@@ -90,7 +96,31 @@ class ProxyState:
             rollout, phase, backend=backend, exit_code=exit_code, message=message
         )
         self.rollouts.finish(rollout, phase)
+        if rollout.session is not None:
+            self.session_log.append(rollout.session, rollout.rollout_id)
         return receipt
+
+    def _take_over(self, sessions: list[LiveSession]) -> None:
+        """The sessions live when the previous proxy on this spool stopped, live again (no new
+        start is recorded: they go on)."""
+        for live in sessions:
+            if self.rollouts.get(live.rollout_id) is not None:
+                continue
+            rollout = self.rollouts.create(
+                live.rollout_id, mint_key=False, session=live.identity,
+                metadata={"session": live.identity},
+            )  # fmt: skip
+            rollout.number_from(live.calls)
+
+    def save_live_sessions(self) -> None:
+        """At a stop: the live sessions, for the next proxy on this spool directory."""
+        self.session_log.save_live(
+            [
+                LiveSession(r.session, r.rollout_id, r.calls)
+                for r in self.rollouts.live()
+                if r.session is not None
+            ]
+        )
 
     @property
     def body_limit(self) -> int:

@@ -105,7 +105,10 @@ def run(
     ] = None,
     judge_rubric: Annotated[
         Path | None,
-        typer.Option(help="A text file: what a good session is (default: a general rubric)."),
+        typer.Option(
+            help="A text file: what a good session is (default: a general rubric).",
+            resolve_path=True,
+        ),
     ] = None,
     judge_constraint: Annotated[
         str,
