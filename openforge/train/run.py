@@ -47,6 +47,7 @@ from openforge.stack import (
 )
 from openforge.train.cluster import RolloutCluster, rollout_cluster
 from openforge.train.config import TrainConfig
+from openforge.train.drain import drain
 from openforge.train.driver import EvalLog, Pacing, RolloutDriver
 from openforge.train.launch import Launch, prepare_launch
 from openforge.train.report import Live, Report, previous_seconds, write_report
@@ -310,27 +311,16 @@ class TrainingRun:
         return time.monotonic() - self.live.started
 
     def _drain(self, log_url: str, timeout: float) -> None:
-        """Before the pipeline stops: wait until every rollout this launch verified has its
-        episode (the last evaluation's finish moments before the trainer's end)."""
-        from infra.eventlog import EPISODES_TOPIC, open_reader
-        from schemas.codec import decode_message
-        from schemas.episode import Episode
-
+        """Before the pipeline stops: every rollout this launch verified has its episode, and
+        every event is archived (``openforge.train.drain``)."""
         wanted = {
             outcome.rollout_id
             for job in RunDir.found_in(self.root)
             for outcome in job.outcomes(prefix=f"{self.tag}-")
             if outcome.status is Status.VERIFIED
         }
-        deadline = time.monotonic() + timeout
-        with open_reader(log_url, [EPISODES_TOPIC], f"openforge-train-drain-{self.tag}") as reader:
-            while wanted and time.monotonic() < deadline:
-                for rec in reader.poll(10_000, 1.0):
-                    for e in decode_message(rec.value):
-                        if isinstance(e, Episode):
-                            wanted.discard(e.rollout_id)
-        if wanted:
-            self.say(f"[yellow]{len(wanted)} rollouts had no episode yet when the run ended[/]")
+        group = f"openforge-train-drain-{self.tag}"
+        drain(log_url, self.root / "archive", wanted, group, timeout, self.say)
 
     def _watch(self, services: list[Watched]) -> None:
         """Stop the run (with the service's log tail as the error) when vLLM or the pipeline
