@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -95,7 +94,9 @@ class _JudgeFn(beam.DoFn):
         element: tuple[str, bytes],
         calls: Any = beam.DoFn.StateParam(CALLS),
         done: Any = beam.DoFn.StateParam(DONE),
-    ) -> Iterator[Any]:
+    ) -> None:
+        """Keep a completion frame; at the rollout's end, queue it for the judge (its calls
+        are made at the bundle's end). Nothing goes downstream: verdicts go to the log."""
         rollout_id, frame = element
         if done.read():
             return
@@ -113,7 +114,6 @@ class _JudgeFn(beam.DoFn):
             self.counts["already"].inc()
             return
         self.pending.append((rollout_id, end, frames))
-        yield from ()
 
     def finish_bundle(self) -> None:
         verdicts = []

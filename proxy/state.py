@@ -104,8 +104,6 @@ class ProxyState:
         """The sessions live when the previous proxy on this spool stopped, live again (no new
         start is recorded: they go on)."""
         for live in sessions:
-            if self.rollouts.get(live.rollout_id) is not None:
-                continue
             rollout = self.rollouts.create(
                 live.rollout_id, mint_key=False, session=live.identity,
                 metadata={"session": live.identity},

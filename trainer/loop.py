@@ -227,10 +227,11 @@ class _Lead:
         exported = self.backend.export_for_inference(_export_dir(self.cfg, self.state))
         out: dict[str, float] = {}
         gate = self.cfg.gate
-        check = None if gate is None else gate.check(exported, self._served, version)
+        served = self.state.policy_version
+        check = None if gate is None else gate.check(exported, served, version)
         if check is not None:
             PromotionLog(self.cfg.out_dir / "promotions.jsonl").write(
-                self.state.step, version, self._served, check
+                self.state.step, version, served, check
             )
             out.update(check.metrics())
         if check is None or check.promoted:
@@ -239,15 +240,11 @@ class _Lead:
             logger.warning(
                 "candidate of step %d held: its held-out score %.3f is below the served policy "
                 "%d's %.3f by more than %g; version %d stays served",
-                self.state.step, check.candidate_score, self._served, check.served_score,
-                check.max_regression, self._served,
+                self.state.step, check.candidate_score, served, check.served_score,
+                check.max_regression, served,
             )  # fmt: skip
         self.ranks.broadcast(self.state.policy_version)
         return out
-
-    @property
-    def _served(self) -> int:
-        return self.state.policy_version
 
     def _sync(self, version: int) -> float:
         """Export the weights and serve them as ``version``; the seconds taken."""

@@ -68,7 +68,6 @@ def _run(proxy_url: str, plan: SessionPlan, root: Path, timeout_s: float) -> Ses
     result = SessionResult(plan if session is None else replace(plan, session=session))
     result.ended_at = time.monotonic()
     result.last_reply = report.final_message or ""
-    result.harness_exit = code
     if session is None:
         result.failed = 1
         tail = err.read_text(errors="replace")[-300:]

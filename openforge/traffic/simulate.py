@@ -102,7 +102,7 @@ def plans(cfg: TrafficConfig) -> Iterator[SessionPlan]:
     while cfg.sessions is None or n < cfg.sessions:
         feedback = rng.random() < cfg.feedback_fraction
         player = players[n % len(players)]
-        harness = player if isinstance(player, str) and player in cfg.harnesses else None
+        harness = None if isinstance(player, Dialect) else player
         yield SessionPlan(
             session=f"sim-{cfg.tag}-{n:05d}",  # a harness names its own: the result says which
             dialect=harness_dialect(harness) if harness else Dialect(player),

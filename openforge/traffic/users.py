@@ -56,7 +56,6 @@ class SessionResult:
     feedback_error: str | None = None  # why posting it failed
     feedback_retries: int = 0  # posts retried (the proxy restarting, paused or behind)
     errors: list[str] = field(default_factory=list)
-    harness_exit: int | None = None  # a harness session: its exit code (None: timed out)
     verdict: float | None = None  # a harness session: the verdict on what it left
 
     def judged(self) -> float:
