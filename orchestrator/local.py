@@ -304,6 +304,7 @@ class LocalBackend(RolloutBackend):
                     (a.source, dirs["artifacts"] / a.destination, a.exclude)
                     for a in phase.artifacts
                 ),
+                cancelled=self._cancelled,  # also one still starting when cancel() came
             )
         )
         meter.sandbox("agent", result)

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import abc
 import posixpath
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -160,6 +161,9 @@ class SandboxSpec:
     root: RootFs | None = None
     # (inside path, host destination, exclude patterns): copied out after the command ended
     collect: tuple[tuple[str, Path, tuple[str, ...]], ...] = ()
+    # The caller's stop signal: once set, the sandbox is killed, also one that was still
+    # starting when it was set (which the backend's cancel() alone could miss).
+    cancelled: threading.Event | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if not self.argv or not self.argv[0]:

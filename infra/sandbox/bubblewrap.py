@@ -130,6 +130,15 @@ def _refuse(spec: SandboxSpec, sandbox_id: str) -> SandboxResult | None:
     return SandboxResult(SandboxOutcome.FAILED_TO_START, None, 0.0, problem, sandbox_id)
 
 
+def _kill(proc: subprocess.Popen[bytes], inits: list[Init]) -> None:
+    """SIGKILL a sandbox: its init (the whole pid namespace goes with it) and bwrap's process
+    group (bwrap, before it reported its init)."""
+    for init in inits:
+        init.kill()
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+
+
 class BubblewrapSandbox(SandboxBackend):
     """Runs each spec in a fresh bwrap sandbox; see the module docstring for the guarantees."""
 
@@ -159,10 +168,7 @@ class BubblewrapSandbox(SandboxBackend):
     def cancel(self) -> None:
         with self._running_lock:  # run() forgets a sandbox under this lock before reaping it
             for proc, inits in self._running.values():
-                for init in inits:
-                    init.kill()  # the whole pid namespace goes with it
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL)  # bwrap, before it reported its init
+                _kill(proc, inits)
 
     def bwrap_argv(self, spec: SandboxSpec, bwrap: Path, status_fd: int | None = None) -> list[str]:
         """The bwrap command line for ``spec`` (without the limit wrapper)."""
@@ -265,7 +271,7 @@ class BubblewrapSandbox(SandboxBackend):
                     return
                 finally:
                     os.close(status_w)
-                self._watch(proc, status_r, start + spec.timeout_s, sandbox_id, seen)
+                self._watch(proc, status_r, start + spec.timeout_s, sandbox_id, seen, spec)
             finally:
                 os.close(status_r)
         seen.duration = time.monotonic() - start
@@ -279,11 +285,15 @@ class BubblewrapSandbox(SandboxBackend):
         deadline: float,
         sandbox_id: str,
         seen: _Seen,
+        spec: SandboxSpec,
     ) -> None:
-        """bwrap's status (its init's pid), then its exit or the deadline; bwrap stopped after."""
+        """bwrap's status (its init's pid), then its exit or the deadline; bwrap stopped after.
+        Registered for :meth:`cancel` first: a caller's stop set before that is seen here."""
         inits: list[Init] = []
         with self._running_lock:
             self._running[sandbox_id] = (proc, inits)
+            if spec.cancelled is not None and spec.cancelled.is_set():
+                _kill(proc, inits)
         try:
             seen.status = read_status(status_r, deadline)
             if "child-pid" in seen.status:
@@ -291,6 +301,8 @@ class BubblewrapSandbox(SandboxBackend):
                 seen.init = Init(seen.status["child-pid"])
                 with self._running_lock:
                     inits.append(seen.init)
+                    if spec.cancelled is not None and spec.cancelled.is_set():
+                        _kill(proc, inits)
             if exits_within(proc, deadline - time.monotonic()):
                 seen.code = proc.wait()
             else:

@@ -236,12 +236,7 @@ class RuncSandbox(SandboxBackend):
             except OSError as exc:
                 raise SandboxError(f"cannot start runc: {exc}") from exc
             try:
-                code: int | None = proc.wait(timeout=spec.timeout_s)
-                timed_out = False
-            except subprocess.TimeoutExpired:
-                self._kill(cid)
-                proc.wait()
-                code, timed_out = None, True
+                code, timed_out = self._wait(proc, cid, start + spec.timeout_s, spec.cancelled)
             finally:
                 with self._lock:
                     self._running.discard(cid)
@@ -250,6 +245,27 @@ class RuncSandbox(SandboxBackend):
                     os.killpg(proc.pid, signal.SIGKILL)
                     proc.wait()
         return code, timed_out, time.monotonic() - start
+
+    def _wait(
+        self,
+        proc: subprocess.Popen[bytes],
+        cid: str,
+        deadline: float,
+        cancelled: threading.Event | None,
+    ) -> tuple[int | None, bool]:
+        """(exit code, timed out) of ``runc run``: killed at the deadline, and again every
+        half second once the caller's ``cancelled`` is set (a container still being created
+        when it was set is not there yet for the first kill)."""
+        while True:
+            try:
+                return proc.wait(timeout=max(0.0, min(0.5, deadline - time.monotonic()))), False
+            except subprocess.TimeoutExpired:
+                if time.monotonic() >= deadline:
+                    self._kill(cid)
+                    proc.wait()
+                    return None, True
+                if cancelled is not None and cancelled.is_set():
+                    self._kill(cid)
 
     @staticmethod
     def _counters(cgroup: str | None) -> Counters:

@@ -486,3 +486,13 @@ def test_cancel_kills_the_running_sandboxes(run: Run) -> None:
     (result,) = results
     assert result.outcome is not SandboxOutcome.TIMED_OUT and not result.ok
     _nothing_left(run, result, watch.seen)
+
+
+def test_a_sandbox_starting_as_its_caller_stops_is_killed_at_once(run: Run) -> None:
+    stop = threading.Event()
+    stop.set()  # cancel() came while this sandbox was starting: it was not there to be killed
+    result = run("sh", "-c", "sleep 1000 & wait", timeout_s=120, cancelled=stop)
+    assert result.outcome is not SandboxOutcome.TIMED_OUT and not result.ok
+    assert result.duration_s < 30
+    _nothing_left(run, result, [])
+    assert run("true").ok  # the backend itself is not stopped: the stop was that caller's

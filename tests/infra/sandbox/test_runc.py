@@ -206,6 +206,12 @@ def test_the_deadline_and_cancel_kill_everything(run: Run) -> None:
     timer.join()
     assert cancelled.exit_code == 128 + 9 and cancelled.duration_s < 30
     _nothing_left(run)
+    # The caller stopped before the container was there (cancel() raced with its start).
+    stop = threading.Event()
+    stop.set()
+    late = run("sh", "-c", "sleep 1000 & wait", cancelled=stop)
+    assert late.exit_code == 128 + 9 and late.duration_s < 30
+    _nothing_left(run)
     assert os.path.isdir(run.root / "etc")
 
 
