@@ -36,6 +36,7 @@ settings.load_profile("openforge")
 
 # Test modules that start a real kubelet node (tests/test_suite.py finds them).
 REAL_NODE_MODULES = frozenset({
+    "tests/infra/k8s/test_serve_on_a_node.py",
     "tests/infra/local/test_kube_node.py",
     "tests/openforge/test_tasks_cli.py",
     "tests/openforge/train/test_run.py",

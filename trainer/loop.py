@@ -37,7 +37,7 @@ from trainer.stream import (
 )
 from trainer.weight_sync import WeightSync
 
-logger = logging.getLogger("openforge.trainer")
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -214,6 +214,7 @@ class _Lead:
     def _serve_start(self) -> None:
         """Serve the weights this trainer starts from (``TrainerConfig.serve_at_start``)."""
         assert self.cfg.sync is not None
+        self.cfg.sync.wait_for_vllm()  # deployed beside it, the trainer may start first
         if self.state.step == 0 and self.versions.high_water() == 0:  # nothing served yet
             exported = self.backend.export_for_inference(_export_dir(self.cfg, self.state))
             self.cfg.sync.swap(exported, 0)

@@ -40,6 +40,7 @@ mid-generation. Each swap returns the seconds it took, the drain included.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -52,6 +53,8 @@ import httpx
 from infra.proxy_client import ProxyAdmin, ProxyUnreachable
 from schemas.errors import ServiceError
 from schemas.registry import choose
+
+logger = logging.getLogger(__name__)
 
 
 class SyncMode(StrEnum):
@@ -71,12 +74,34 @@ class WeightSync:
     mode: SyncMode = SyncMode.LORA
     drain_timeout: float = 120.0  # seconds a swap waits for the proxy's calls in flight to end
     proxy_wait: float = 120.0  # seconds an unreachable proxy is retried (a restart)
+    start_wait: float = 900.0  # seconds a trainer waits at start for vLLM to come up
     _proxy: ProxyAdmin | None = field(init=False, repr=False, default=None)
 
     def __post_init__(self) -> None:
         self.mode = choose(SyncMode, self.mode, "weight-sync mode")
         if self.proxy_url is not None:
             self._proxy = ProxyAdmin(self.proxy_url, self.admin_token, timeout=self.timeout)
+
+    def wait_for_vllm(self) -> None:
+        """Return once vLLM answers ``/health`` (a trainer started beside vLLM, which takes
+        minutes to load its model); ServiceError after ``start_wait`` seconds."""
+        deadline, said = time.monotonic() + self.start_wait, False
+        while True:
+            try:
+                if httpx.get(f"{self.vllm_url}/health", timeout=5.0).status_code == 200:
+                    return
+                why = "it is not ready yet"
+            except httpx.HTTPError as exc:
+                why = f"it cannot be reached ({type(exc).__name__})"
+            if time.monotonic() >= deadline:
+                raise ServiceError(
+                    f"vLLM at {self.vllm_url} did not come up within {self.start_wait:g} s "
+                    f"({why}): start it, or check --vllm"
+                )
+            if not said:
+                logger.info("waiting for vLLM at %s: %s", self.vllm_url, why)
+                said = True
+            time.sleep(2.0)
 
     def _vllm(self, path: str, hint: str, **kwargs: Any) -> httpx.Response:
         resp = httpx.post(f"{self.vllm_url}{path}", timeout=self.timeout, **kwargs)

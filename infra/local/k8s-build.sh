@@ -3,14 +3,16 @@
 # etcd (a wrapper module around etcdmain.Main), kube-apiserver, kube-controller-manager,
 # kube-scheduler and the kubelet (a wrapper module with `tool` lines: `go install
 # k8s.io/kubernetes/...@v` is refused because of its replace directives), kwok, and the pause
-# program of a real node's pod sandboxes, and kube-router (the node's NetworkPolicy agent). Copies kwok's stage definitions to DIR/kwok-stages.
+# program of a real node's pod sandboxes, kube-router (the node's NetworkPolicy agent) and
+# kube-proxy (its Service routing). Copies kwok's stage definitions to DIR/kwok-stages.
 # Versions come from the environment (infra/versions.env); GOMODCACHE/GOCACHE from the caller.
-# PARTS (after DIR; default all): etcd kube kwok node registry. `node` (the kubelet, pause,
-# kube-router) alone upgrades a control plane built before the real node existed; `registry` (an
-# OCI image registry, CNCF distribution, for `openforge tasks build --push`) one built before it.
+# PARTS (after DIR; default all): etcd kube kwok node registry services. `node` (the kubelet,
+# pause, kube-router) alone upgrades a control plane built before the real node existed; `registry`
+# (an OCI image registry, CNCF distribution, for `openforge tasks build --push`) one built before
+# it; `services` (kube-proxy) one built before the node routed Services.
 set -euo pipefail
 DIR=$1; shift
-PARTS=${*:-etcd kube kwok node registry}
+PARTS=${*:-etcd kube kwok node registry services}
 want() { [[ " $PARTS " == *" $1 "* ]]; }
 # (a caller that predates the registry pin does not pass it: read it from the pins)
 : "${REGISTRY_VERSION:=$(sed -n 's/^REGISTRY_VERSION=//p' "$(dirname "$0")/../versions.env")}"
@@ -40,7 +42,7 @@ $NICE go mod tidy
 $NICE go build -trimpath -ldflags='-s -w' -o "$BIN/etcd" .
 fi
 
-if want kube || want node; then
+if want kube || want node || want services; then
 log "kube-apiserver, kube-controller-manager, kube-scheduler v$K8S_VERSION"
 cd "$SRC/kube"
 SV=v0.${K8S_VERSION#1.}
@@ -49,7 +51,7 @@ MOD=$(cat "$(go mod download -json "k8s.io/kubernetes@v$K8S_VERSION" | sed -n 's
   printf 'module localkube\n\ngo %s\n\n' "$(echo "$MOD" | awk '$1=="go"{print $2}')"
   echo "$MOD" | awk '$1=="godebug"'
   printf '\nrequire k8s.io/kubernetes v%s\n\ntool (\n' "$K8S_VERSION"
-  for t in kube-apiserver kube-controller-manager kube-scheduler kubelet; do printf '\tk8s.io/kubernetes/cmd/%s\n' $t; done
+  for t in kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy; do printf '\tk8s.io/kubernetes/cmd/%s\n' $t; done
   printf ')\n\nreplace (\n'
   # every staging module k8s.io/kubernetes requires as v0.0.0, at the matching v0.x release
   # (k8s.io/sample-* are only in its replace block and are not served: left out)
@@ -65,6 +67,7 @@ for k in gitVersion=v$K8S_VERSION gitMajor=1 gitMinor=$minor gitTreeState=clean;
 done
 want kube && built="kube-scheduler kube-controller-manager kube-apiserver" || built=""
 want node && built="$built kubelet"
+want services && built="$built kube-proxy"
 for b in $built; do
   $NICE go build -trimpath -ldflags="-s -w $X" -o "$BIN/$b" "k8s.io/kubernetes/cmd/$b"
   log "built $b"

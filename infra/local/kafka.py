@@ -32,13 +32,13 @@ logger.apache.level = WARN
 """
 
 
-def _server_properties(data_dir: Path, port: int, controller_port: int) -> str:
+def _server_properties(data_dir: Path, host: str, port: int, controller_port: int) -> str:
     props = {
         "process.roles": "broker,controller",
         "node.id": "1",
         "controller.quorum.voters": f"1@127.0.0.1:{controller_port}",
-        "listeners": f"PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}",
-        "advertised.listeners": f"PLAINTEXT://127.0.0.1:{port}",
+        "listeners": f"PLAINTEXT://{host}:{port},CONTROLLER://127.0.0.1:{controller_port}",
+        "advertised.listeners": f"PLAINTEXT://{host}:{port}",
         "controller.listener.names": "CONTROLLER",
         "inter.broker.listener.name": "PLAINTEXT",
         "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
@@ -67,6 +67,8 @@ class KafkaBroker(LocalService):
         heap: the JVM's maximum heap.
         ready_timeout: seconds to wait for the listener before failing with the log's tail.
         port: the client listener's port (default: a free one).
+        host: the client listener's address, which clients are told to use too (default
+            loopback; a real node's gateway for pods to reach it as well as this machine).
     """
 
     description = "Kafka broker"
@@ -77,11 +79,13 @@ class KafkaBroker(LocalService):
         heap: str = "512m",
         ready_timeout: float = 90.0,
         port: int | None = None,
+        host: str = "127.0.0.1",
     ) -> None:
         self._own_dir = data_dir is None
         self.data_dir = (
             Path(tempfile.mkdtemp(prefix="openforge-kafka-")) if data_dir is None else data_dir
         )
+        self.host = host
         self.port = port or free_port()
         self.controller_port = free_port()
         self.heap = heap
@@ -91,7 +95,7 @@ class KafkaBroker(LocalService):
 
     @property
     def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return f"{self.host}:{self.port}"
 
     @property
     def url(self) -> str:
@@ -115,7 +119,9 @@ class KafkaBroker(LocalService):
     def start(self) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         props = self.data_dir / "server.properties"
-        props.write_text(_server_properties(self.data_dir, self.port, self.controller_port))
+        props.write_text(
+            _server_properties(self.data_dir, self.host, self.port, self.controller_port)
+        )
         log4j = self.data_dir / "log4j2.properties"
         log4j.write_text(_LOG4J2.format(log=self.log_path))
         java = self._java()
@@ -158,7 +164,9 @@ class KafkaBroker(LocalService):
         )
         self._process.start()
         try:
-            self._process.wait_ready(lambda: port_open(self.port), timeout=self.ready_timeout)
+            self._process.wait_ready(
+                lambda: port_open(self.port, self.host), timeout=self.ready_timeout
+            )
         except ServiceError as exc:
             raise ServiceError(f"{exc}\nBroker log:\n{tail(self.log_path)}") from exc
 

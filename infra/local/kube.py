@@ -192,7 +192,7 @@ class LocalKube(LocalService):
             self.real_node.start()
         self._wait_nodes_ready()
         if self.real_node is not None:
-            self.real_node.start_policy_agent()
+            self.real_node.start_agents()
 
     def _start_etcd(self, bin_dir: Path) -> None:
         peer = free_port()

@@ -10,6 +10,8 @@ kubelet's root, certificates and ports. The pod sandbox ("pause") image cannot b
 registry is reachable): it is made from the static program ``scripts/setup k8s`` builds. Images
 come from the local image store (:mod:`infra.images`), exported as OCI archives and imported
 into containerd's ``k8s.io`` namespace; pods run them with ``imagePullPolicy: IfNotPresent``.
+Once the node is registered, kube-router enforces NetworkPolicies (:mod:`infra.local.kube_netpol`)
+and kube-proxy routes Services' cluster IPs (:mod:`infra.local.kube_services`).
 
 What this machine needs, set here (``../shared/notes/platform.md`` section 11):
 
@@ -43,6 +45,7 @@ from typing import Any
 from infra.images import ImageStore
 from infra.images.sinks import ContainerdSink
 from infra.local.kube_netpol import PolicyAgent
+from infra.local.kube_services import ServiceRouting
 from infra.local.process import ServiceProcess, free_port, kill_tagged, tail
 from schemas.errors import ServiceError, SetupError
 
@@ -92,6 +95,9 @@ class RealNode:
         self.policy = PolicyAgent(
             bin_dir / "kube-router", kubeconfig, name, self.gateway, self.logs / "kube-router.log"
         )
+        self.services = ServiceRouting(
+            bin_dir / "kube-proxy", kubeconfig, name, self.subnet, self.logs / "kube-proxy.log"
+        )
 
     # -- where things are ------------------------------------------------------------------------
     @property
@@ -116,7 +122,7 @@ class RealNode:
                 "a real node runs containers with containerd and runc, which need root here: "
                 "run as root, or use kwok nodes (LocalKube(nodes=N), the default)"
             )
-        for binary in ("kubelet", "pause", "kube-router"):
+        for binary in ("kubelet", "pause", "kube-router", "kube-proxy"):
             if not (self.bin_dir / binary).exists():
                 raise SetupError(
                     f"{self.bin_dir / binary} is missing: run `scripts/setup k8s` (it adds the "
@@ -270,16 +276,18 @@ state = "{c / "state"}"
         ) as r:
             return bool(r.status == 200)
 
-    def start_policy_agent(self) -> None:
-        """The NetworkPolicy agent (:mod:`infra.local.kube_netpol`), once the node is
-        registered: it reads its Node object."""
+    def start_agents(self) -> None:
+        """The NetworkPolicy agent (:mod:`infra.local.kube_netpol`) and the Service routing
+        (:mod:`infra.local.kube_services`), once the node is registered: they read its Node."""
         self.policy.start()
+        self.services.start()
 
     def check_alive(self) -> None:
         for proc in (self._containerd, self._kubelet):
             if proc is not None:
                 proc.check_alive()
         self.policy.check_alive()
+        self.services.check_alive()
 
     def restart_kubelet(self, down_s: float = 0.0) -> None:
         """Stop the kubelet, wait ``down_s``, start it again (a fault: its pods keep running)."""
@@ -299,6 +307,7 @@ state = "{c / "state"}"
     def stop(self) -> None:
         """Stop the kubelet, remove every container and sandbox, stop containerd, and leave
         nothing: no process, mount, bridge, firewall rule or file of the node's."""
+        self.services.stop()
         self.policy.stop()
         if self._kubelet is not None:
             self._kubelet.stop(grace=5.0)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -124,6 +125,7 @@ def run(
     from trainer.stream import StalePolicy, StreamConfig
     from trainer.weight_sync import SyncMode, WeightSync
 
+    _log_progress()
     # Full-weight training is served by reloading every weight; a LoRA adapter is hot-loaded.
     mode = SyncMode.LORA if lora_rank else SyncMode.FULL
     sync = WeightSync(vllm, lora_name, proxy, admin_token, mode=mode) if vllm else None
@@ -170,6 +172,18 @@ def run(
         f"{summary['steps']} steps, policy version {summary['policy_version']}{served}, "
         f"metrics in {out}/metrics.csv"
     )
+
+
+def _log_progress() -> None:
+    """The trainer's own log (waiting for vLLM, each policy served or held, resumes) on stderr,
+    where a long-running trainer's operator reads it (``kubectl logs``)."""
+    log = logging.getLogger("trainer")
+    if not log.handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        log.addHandler(handler)
+        log.setLevel(logging.INFO)
+        log.propagate = False
 
 
 def _gate(

@@ -79,9 +79,10 @@ def _one(docs: list[Doc], kind: str, name: str) -> Doc:
 
 
 def _workloads(docs: list[Doc]) -> Iterator[tuple[str, Doc, dict[str, str]]]:
-    """(name, pod spec, pod labels) of every Deployment's and Job's pod template."""
+    """(name, pod spec, pod labels) of every Deployment's, StatefulSet's and Job's pod
+    template."""
     for d in docs:
-        if d["kind"] in ("Deployment", "Job"):
+        if d["kind"] in ("Deployment", "StatefulSet", "Job"):
             template = d["spec"]["template"]
             yield d["metadata"]["name"], template["spec"], template["metadata"]["labels"]
 
@@ -155,22 +156,28 @@ def test_every_container_is_bounded_and_unprivileged(docs: list[Doc]) -> None:
         "openforge-pipeline-submit",
     }
     for name, spec, _ in workloads:
-        pod_sc = spec.get("securityContext", {})
-        assert not spec.get("hostNetwork") and not spec.get("hostPID"), name
-        assert not [v for v in spec.get("volumes", []) if "hostPath" in v], name
-        for c in _containers(spec):
-            where = f"{name}/{c['name']}"
-            res = c.get("resources", {})
-            for kind in ("requests", "limits"):
-                assert {"cpu", "memory"} <= set(res.get(kind, {})), f"{where}: {kind}"
-            sc = c.get("securityContext", {})
-            assert sc.get("runAsNonRoot", pod_sc.get("runAsNonRoot")) is True, where
-            assert sc.get("allowPrivilegeEscalation") is False, where
-            assert sc.get("readOnlyRootFilesystem") is True, where
-            assert sc.get("privileged", False) is False, where
-            assert sc.get("capabilities") == {"drop": ["ALL"]}, where
-            seccomp = sc.get("seccompProfile", pod_sc.get("seccompProfile"))
-            assert seccomp == {"type": "RuntimeDefault"}, where
+        _check_bounded(name, spec)
+
+
+def _check_bounded(name: str, spec: Doc) -> None:
+    """Requests and limits, non-root, no escalation, a read-only root, no capabilities, the
+    runtime's seccomp profile, nothing of the host's."""
+    pod_sc = spec.get("securityContext", {})
+    assert not spec.get("hostNetwork") and not spec.get("hostPID"), name
+    assert not [v for v in spec.get("volumes", []) if "hostPath" in v], name
+    for c in _containers(spec):
+        where = f"{name}/{c['name']}"
+        res = c.get("resources", {})
+        for kind in ("requests", "limits"):
+            assert {"cpu", "memory"} <= set(res.get(kind, {})), f"{where}: {kind}"
+        sc = c.get("securityContext", {})
+        assert sc.get("runAsNonRoot", pod_sc.get("runAsNonRoot")) is True, where
+        assert sc.get("allowPrivilegeEscalation") is False, where
+        assert sc.get("readOnlyRootFilesystem") is True, where
+        assert sc.get("privileged", False) is False, where
+        assert sc.get("capabilities") == {"drop": ["ALL"]}, where
+        seccomp = sc.get("seccompProfile", pod_sc.get("seccompProfile"))
+        assert seccomp == {"type": "RuntimeDefault"}, where
 
 
 def test_only_the_orchestrator_gets_a_service_account_token(docs: list[Doc]) -> None:
@@ -446,6 +453,83 @@ def test_every_in_cluster_url_names_a_service_and_its_port(docs: list[Doc]) -> N
         ("openforge-pipeline-submit", "openforge-kafka-bootstrap"),
         ("openforge-pipeline-submit", "openforge-pipeline-rest"),
     }
+
+
+# -- live traffic (serve/) ----------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def serve() -> list[Doc]:
+    return _render(K8S / "serve")
+
+
+def test_serve_is_the_three_services_apart_beside_vllm_and_nothing_orchestrated(
+    serve: list[Doc],
+) -> None:
+    workloads = {name: spec for name, spec, _ in _workloads(serve)}
+    assert set(workloads) == {
+        "openforge-proxy", "openforge-vllm", "openforge-pipeline", "openforge-trainer"
+    }  # fmt: skip
+    for name, spec in workloads.items():
+        _check_bounded(name, spec)
+        assert spec.get("automountServiceAccountToken") is False, name
+    assert not [d for d in serve if d["kind"] in ("Job", "Role", "RoleBinding", "ServiceAccount")]
+    assert {d["metadata"]["name"] for d in serve if d["kind"] == "Namespace"} == {SERVICES}
+    for kind, name in (("StatefulSet", "openforge-pipeline"), ("StatefulSet", "openforge-trainer")):
+        governing = _one(serve, kind, name)["spec"]["serviceName"]
+        assert _one(serve, "Service", governing)["spec"]["clusterIP"] == "None"
+    # Every claim a pod mounts exists, and vLLM reads adapters where the trainer writes them.
+    claims = {d["metadata"]["name"] for d in serve if d["kind"] == "PersistentVolumeClaim"}
+    for name, spec in workloads.items():
+        for v in spec.get("volumes", []):
+            if "persistentVolumeClaim" in v:
+                assert v["persistentVolumeClaim"]["claimName"] in claims, name
+    trainer = _openforge_argv(workloads["openforge-trainer"]["containers"][0]) or []
+    assert _option(trainer, "--out").startswith("/runs/")
+    vllm_mounts = {
+        m["mountPath"] for m in workloads["openforge-vllm"]["containers"][0]["volumeMounts"]
+    }
+    assert "/runs" in vllm_mounts
+
+
+def test_serve_command_lines_are_the_cli_s_and_agree(serve: list[Doc]) -> None:
+    commands = {}
+    for name, spec, _ in _workloads(serve):
+        argv = _openforge_argv(spec["containers"][0])
+        if argv is not None:
+            commands[name] = _parse(argv)
+    assert {n: c[0] for n, c in commands.items()} == {
+        "openforge-proxy": "proxy", "openforge-pipeline": "pipeline run",
+        "openforge-trainer": "trainer run",
+    }  # fmt: skip
+    proxy, pipeline, trainer = (
+        commands[f"openforge-{n}"][1] for n in ("proxy", "pipeline", "trainer")
+    )
+    assert proxy["open_mode"] is True and proxy["require_keys"] is False
+    assert trainer["serve_at_start"] is True and trainer["group_size"] == 1
+    # The pipeline's workers: one per replica, each its index of the pod-index label.
+    sts = _one(serve, "StatefulSet", "openforge-pipeline")
+    (c,) = sts["spec"]["template"]["spec"]["containers"]
+    index, count = pipeline["worker"].split("/")
+    assert index == "$(WORKER)" and int(count) == sts["spec"]["replicas"] >= 2
+    (worker,) = [e for e in c["env"] if e["name"] == "WORKER"]
+    label = "metadata.labels['apps.kubernetes.io/pod-index']"
+    assert worker["valueFrom"]["fieldRef"]["fieldPath"] == label
+    # Sessions end before the pipeline's deadline runs out; feedback is what trains.
+    assert pipeline["lateness"] > proxy["session_idle"]
+    assert pipeline["reward_required"] == ["feedback"]
+    # The trainer's ranks are its GPUs.
+    t = _one(serve, "StatefulSet", "openforge-trainer")["spec"]["template"]["spec"]["containers"][0]
+    nproc = int(_option(t["command"], "--nproc_per_node"))
+    assert int(t["resources"]["limits"]["nvidia.com/gpu"]) == nproc >= 1
+    # Users' feedback credential: a placeholder secret, read by the proxy only.
+    feedback = [d for d in serve if d["kind"] == "Secret" and "feedback" in d["metadata"]["name"]]
+    (secret,) = feedback
+    readers = {
+        name for name, spec, _ in _workloads(serve) for e in spec["containers"][0].get("env", [])
+        if e.get("valueFrom", {}).get("secretKeyRef", {}).get("name") == secret["metadata"]["name"]
+    }  # fmt: skip
+    assert readers == {"openforge-proxy"}
 
 
 # -- GPUs ----------------------------------------------------------------------------------------

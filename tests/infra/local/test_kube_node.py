@@ -4,10 +4,12 @@ at the node's gateway), survives a kubelet restart, and leaves nothing behind on
 
 from __future__ import annotations
 
+import contextlib
 import http.server
 import subprocess
 import threading
 import time
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -151,6 +153,61 @@ def test_the_containerd_sink_publishes_once_and_names_what_it_knows(real_kube: L
         image_sink("containerd:///nonexistent/containerd.sock")
 
 
+def test_a_service_cluster_ip_reaches_its_ready_pod_from_here_and_from_a_pod(
+    real_kube: LocalKube, core: Any
+) -> None:
+    """kube-proxy routes a Service's cluster IP to the pods behind it: from this machine, and
+    from another pod on the node (naming it through ``hostAliases``: there is no cluster DNS)."""
+    ip = "10.96.200.20"
+    server = _pod("web", "mkdir -p /tmp/w && echo served > /tmp/w/index.html && "
+                  "cd /tmp/w && exec python3 -m http.server 8080")  # fmt: skip
+    server["metadata"]["labels"] = {"app": "web"}
+    server["spec"]["containers"][0]["readinessProbe"] = {
+        "httpGet": {"path": "/", "port": 8080}, "periodSeconds": 1
+    }  # fmt: skip
+    service = {
+        "metadata": {"name": "web"},
+        "spec": {
+            "clusterIP": ip, "selector": {"app": "web"},
+            "ports": [{"port": 80, "targetPort": 8080}],
+        },
+    }  # fmt: skip
+    core.create_namespaced_service("default", service)
+    core.create_namespaced_pod("default", server)
+    try:
+
+        def ready() -> bool:
+            status = core.read_namespaced_pod("web", "default").status
+            return any(c.type == "Ready" and c.status == "True" for c in status.conditions or [])
+
+        _wait("the web pod to be ready", ready)
+        url = f"http://{ip}/index.html"
+        body = _wait("the cluster IP to answer here", lambda: _get(url))
+        assert body.strip() == "served"
+        fetch = "import urllib.request; print(urllib.request.urlopen('http://web.default.svc.cluster.local/index.html').read().decode())"
+        client_pod = _pod("client", f'python3 -c "{fetch}"')
+        client_pod["spec"]["hostAliases"] = [
+            {"ip": ip, "hostnames": ["web.default.svc.cluster.local"]}
+        ]
+        core.create_namespaced_pod("default", client_pod)
+        pod = _finished(core, "client")
+        log = core.read_namespaced_pod_log("client", "default")
+        assert pod.status.phase == "Succeeded" and log.strip() == "served", log
+    finally:
+        for name in ("web", "client"):
+            with contextlib.suppress(Exception):
+                core.delete_namespaced_pod(name, "default", grace_period_seconds=0)
+        core.delete_namespaced_service("web", "default")
+
+
+def _get(url: str) -> str | None:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as resp:
+            return str(resp.read().decode())
+    except OSError:
+        return None
+
+
 def test_stop_leaves_no_process_mount_link_or_namespace(tmp_path: Path) -> None:
     before = set(leftover_processes())
     others = set(Path("/var/run/netns").glob("cni-*"))  # other clusters' pods (the session's)
@@ -178,6 +235,7 @@ def test_stop_leaves_no_process_mount_link_or_namespace(tmp_path: Path) -> None:
     assert not root.exists()
     rules = subprocess.run(["iptables-save"], capture_output=True, text=True).stdout
     assert "KUBE-ROUTER" not in rules and "KUBE-POD-FW" not in rules  # the policy agent's
+    assert "KUBE-SERVICES" not in rules and "KUBE-SVC-" not in rules  # kube-proxy's
     assert (tmp_path / "kube" / "node-0" / "logs" / "kubelet.log").exists()  # logs are kept
     stray = subprocess.run(["pgrep", "-f", str(root)], capture_output=True, text=True).stdout
     assert stray == ""
