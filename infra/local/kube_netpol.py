@@ -18,10 +18,9 @@ import contextlib
 import socket
 import subprocess
 import threading
-import urllib.request
 from pathlib import Path
 
-from infra.local.process import ServiceProcess, free_port
+from infra.local.process import ServiceProcess, free_port, healthz
 
 # What kube-router's firewall makes (chains, and the jumps to them) and its ipsets' prefix.
 _CHAINS = ("KUBE-ROUTER-", "KUBE-POD-FW-", "KUBE-NWPLCY-")
@@ -53,12 +52,7 @@ class PolicyAgent:
             "--metrics-port=0", "--enable-ipv6=false",
         ], self.log)  # fmt: skip
         self._process.start()
-        self._process.wait_ready(self._healthy, 60)
-
-    def _healthy(self) -> bool:
-        url = f"http://127.0.0.1:{self.health_port}/healthz"
-        with urllib.request.urlopen(url, timeout=2) as resp:
-            return bool(resp.status == 200)
+        self._process.wait_ready(lambda: healthz(self.health_port), 60)
 
     def _open_canary(self) -> None:
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)

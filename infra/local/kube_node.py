@@ -37,7 +37,6 @@ import shutil
 import subprocess
 import tempfile
 import time
-import urllib.request
 import uuid
 from pathlib import Path
 from typing import Any
@@ -46,7 +45,7 @@ from infra.images import ImageStore
 from infra.images.sinks import ContainerdSink
 from infra.local.kube_netpol import PolicyAgent
 from infra.local.kube_services import ServiceRouting
-from infra.local.process import ServiceProcess, free_port, kill_tagged, tail
+from infra.local.process import ServiceProcess, free_port, healthz, kill_tagged, tail
 from schemas.errors import ServiceError, SetupError
 
 PAUSE_IMAGE = "localhost/openforge/pause:1"
@@ -271,10 +270,7 @@ state = "{c / "state"}"
         self._kubelet.wait_ready(self._healthy, 60)
 
     def _healthy(self) -> bool:
-        with urllib.request.urlopen(
-            f"http://127.0.0.1:{self.healthz_port}/healthz", timeout=2
-        ) as r:
-            return bool(r.status == 200)
+        return healthz(self.healthz_port)
 
     def start_agents(self) -> None:
         """The NetworkPolicy agent (:mod:`infra.local.kube_netpol`) and the Service routing

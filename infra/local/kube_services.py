@@ -15,10 +15,9 @@ removes them (``kube-proxy --cleanup``).
 from __future__ import annotations
 
 import subprocess
-import urllib.request
 from pathlib import Path
 
-from infra.local.process import ServiceProcess, free_port
+from infra.local.process import ServiceProcess, free_port, healthz
 from schemas.errors import SetupError
 
 BRIDGE_NF = Path("/proc/sys/net/bridge/bridge-nf-call-iptables")
@@ -60,12 +59,7 @@ class ServiceRouting:
             "--conntrack-max-per-core=0",  # leave this machine's conntrack table as it is
         ], self.log)  # fmt: skip
         self._process.start()
-        self._process.wait_ready(self._healthy, 60)
-
-    def _healthy(self) -> bool:
-        url = f"http://127.0.0.1:{self.health_port}/healthz"
-        with urllib.request.urlopen(url, timeout=2) as resp:
-            return bool(resp.status == 200)
+        self._process.wait_ready(lambda: healthz(self.health_port), 60)
 
     def check_alive(self) -> None:
         if self._process is not None:

@@ -14,6 +14,7 @@ import signal
 import socket
 import subprocess
 import time
+import urllib.request
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -30,6 +31,12 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def healthz(port: int) -> bool:
+    """Whether ``http://127.0.0.1:PORT/healthz`` answers 200 (a Kubernetes component's)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2) as resp:
+        return bool(resp.status == 200)
 
 
 def port_open(port: int, host: str = "127.0.0.1") -> bool:
