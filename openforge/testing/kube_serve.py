@@ -38,6 +38,7 @@ from infra import paths
 from infra.harnesses.libraries import shared_libraries
 from infra.images import ImageStore, bases
 from infra.images.layers import add_files
+from schemas.errors import ConfigError, SetupError
 
 SERVE = Path(__file__).resolve().parents[2] / "infra" / "k8s" / "serve"
 NAMESPACE = "openforge"
@@ -124,9 +125,12 @@ class LocalSettings:
 
 
 def _render(path: Path) -> list[dict[str, Any]]:
-    done = subprocess.run(["kubectl", "kustomize", str(path)], capture_output=True, text=True)
+    try:
+        done = subprocess.run(["kubectl", "kustomize", str(path)], capture_output=True, text=True)
+    except FileNotFoundError as exc:
+        raise SetupError("kubectl is not installed: it renders the manifests (kustomize)") from exc
     if done.returncode != 0:
-        raise RuntimeError(f"kubectl kustomize {path} failed: {done.stderr}")
+        raise ConfigError(f"`kubectl kustomize {path}` failed: {done.stderr.strip()}")
     return [d for d in yaml.safe_load_all(done.stdout) if d]
 
 
