@@ -30,12 +30,13 @@ from pathlib import Path
 from typing import Any
 
 from infra import paths
-from infra.local.kube_node import RealNode
+from infra.local.kube_node import NodeKubeconfigs, RealNode
 from infra.local.kwok_stages import stages_yaml
 from infra.local.process import LocalService, ServiceProcess, free_port, tail
 from schemas.errors import ServiceError
 
 SERVICE_CIDR = "10.96.0.0/12"
+REAL_NODE = "openforge-node-0"  # the real node's name (its kubelet's certificate names it)
 
 
 def _openssl(*args: str, cwd: Path) -> None:
@@ -56,8 +57,9 @@ def _sign(pki: Path, name: str, subject: str, ext: str, ca: str = "ca") -> None:
 
 
 def make_pki(pki: Path) -> None:
-    """A cluster CA with an apiserver and an admin certificate, a separate front-proxy CA (the
-    aggregation layer's, which must not be the client CA), and a service-account key pair."""
+    """A cluster CA with an apiserver and an admin certificate, the real node's kubelet and
+    kube-proxy certificates, a separate front-proxy CA (the aggregation layer's, which must not
+    be the client CA), and a service-account key pair."""
     pki.mkdir(parents=True, exist_ok=True)
     for ca, cn in (("ca", "openforge-local-ca"), ("front-proxy-ca", "front-proxy-ca")):
         _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{ca}.key",
@@ -69,6 +71,11 @@ def make_pki(pki: Path) -> None:
     _sign(pki, "apiserver", "/CN=kube-apiserver",
           f"subjectAltName={sans}\nextendedKeyUsage=serverAuth")  # fmt: skip
     _sign(pki, "admin", "/O=system:masters/CN=admin", "extendedKeyUsage=clientAuth")
+    # The real node's own credentials: its kubelet as the Node authorizer's node (and under
+    # NodeRestriction), kube-proxy as the user the bootstrap RBAC's system:node-proxier binds.
+    _sign(pki, "node-0", f"/O=system:nodes/CN=system:node:{REAL_NODE}",
+          "extendedKeyUsage=clientAuth")  # fmt: skip
+    _sign(pki, "kube-proxy", "/CN=system:kube-proxy", "extendedKeyUsage=clientAuth")
     _sign(pki, "front-proxy-client", "/CN=front-proxy-client", "extendedKeyUsage=clientAuth",
           ca="front-proxy-ca")  # fmt: skip
     _openssl("genrsa", "-out", "sa.key", "2048", cwd=pki)
@@ -156,17 +163,22 @@ class LocalKube(LocalService):
             self.stop()
             raise
 
+    def kubeconfig_of(self, user: str) -> Path:
+        """A kubeconfig for the certificate ``pki/USER.crt`` (``admin``: :attr:`kubeconfig`)."""
+        return self.kubeconfig if user == "admin" else self.root / f"{user}.kubeconfig"
+
     def _write_kubeconfig(self) -> None:
         p = self.pki
-        self.kubeconfig.write_text(
-            "apiVersion: v1\nkind: Config\n"
-            f"clusters:\n- name: local\n  cluster: {{server: '{self.server}', "
-            f"certificate-authority: '{p / 'ca.crt'}'}}\n"
-            f"users:\n- name: admin\n  user: {{client-certificate: '{p / 'admin.crt'}', "
-            f"client-key: '{p / 'admin.key'}'}}\n"
-            "contexts:\n- name: local\n  context: {cluster: local, user: admin}\n"
-            "current-context: local\n"
-        )
+        for user in ("admin", "node-0", "kube-proxy"):
+            self.kubeconfig_of(user).write_text(
+                "apiVersion: v1\nkind: Config\n"
+                f"clusters:\n- name: local\n  cluster: {{server: '{self.server}', "
+                f"certificate-authority: '{p / 'ca.crt'}'}}\n"
+                f"users:\n- name: {user}\n  user: {{client-certificate: '{p / f'{user}.crt'}', "
+                f"client-key: '{p / f'{user}.key'}'}}\n"
+                f"contexts:\n- name: local\n  context: {{cluster: local, user: {user}}}\n"
+                "current-context: local\n"
+            )
 
     def _spawn(self, name: str, argv: list[str]) -> ServiceProcess:
         proc = ServiceProcess(name, argv, self.root / "logs" / f"{name}.log")
@@ -185,10 +197,14 @@ class LocalKube(LocalService):
         for n in range(self.nodes):
             self._create_node(f"kwok-node-{n}")
         if self.real_nodes:
+            kubeconfigs = NodeKubeconfigs(
+                kubelet=self.kubeconfig_of("node-0"),
+                service_proxy=self.kubeconfig_of("kube-proxy"),
+                policy_agent=self.kubeconfig,
+            )
             self.real_node = RealNode(
-                self.root / "node-0", self.kubeconfig, self.pki / "ca.crt", bin_dir,
-                "openforge-node-0",
-            )  # fmt: skip
+                self.root / "node-0", kubeconfigs, self.pki / "ca.crt", bin_dir, REAL_NODE
+            )
             self.real_node.start()
         self._wait_nodes_ready()
         if self.real_node is not None:
@@ -220,6 +236,7 @@ class LocalKube(LocalService):
             f"--service-account-key-file={p / 'sa.pub'}",
             f"--service-account-signing-key-file={p / 'sa.key'}",
             f"--service-cluster-ip-range={SERVICE_CIDR}", "--authorization-mode=Node,RBAC",
+            "--enable-admission-plugins=NodeRestriction",
             "--endpoint-reconciler-type=none", "--profiling=false",
             "--max-requests-inflight=2000", "--max-mutating-requests-inflight=1000",
             f"--requestheader-client-ca-file={p / 'front-proxy-ca.crt'}",

@@ -11,7 +11,10 @@ registry is reachable): it is made from the static program ``scripts/setup k8s``
 come from the local image store (:mod:`infra.images`), exported as OCI archives and imported
 into containerd's ``k8s.io`` namespace; pods run them with ``imagePullPolicy: IfNotPresent``.
 Once the node is registered, kube-router enforces NetworkPolicies (:mod:`infra.local.kube_netpol`)
-and kube-proxy routes Services' cluster IPs (:mod:`infra.local.kube_services`).
+and kube-proxy routes Services' cluster IPs (:mod:`infra.local.kube_services`). The kubelet and
+kube-proxy each hold a credential of their own (:class:`NodeKubeconfigs`): the kubelet is
+``system:node:<name>``, which the API server's Node authorizer and NodeRestriction admission
+bound to its node and its pods' objects.
 
 What this machine needs, set here (``../shared/notes/platform.md`` section 11):
 
@@ -38,6 +41,7 @@ import subprocess
 import tempfile
 import time
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -65,23 +69,33 @@ def _subnet() -> str:
     return f"10.88.{random.choice(free)}.0/24"
 
 
+@dataclass(frozen=True)
+class NodeKubeconfigs:
+    """Who each of the node's programs is to the API server."""
+
+    kubelet: Path  # system:node:NAME in system:nodes: the Node authorizer, NodeRestriction
+    service_proxy: Path  # system:kube-proxy: the bootstrap RBAC's system:node-proxier
+    policy_agent: Path  # kube-router: the admin's (no ClusterRole of its own is made for it)
+
+
 class RealNode:
     """One kubelet node on containerd (see the module docstring).
 
     Args:
         root: where the node's logs go (its working directory, with containerd's and the
             kubelet's sockets, is a fresh one under the temporary directory, removed on stop).
-        kubeconfig: how the kubelet reaches the API server.
+        kubeconfigs: how the kubelet and the node's agents reach the API server, each as itself.
         client_ca: the CA whose client certificates the kubelet's API accepts (the API
             server's, for logs and exec).
         bin_dir: where ``scripts/setup k8s`` put ``kubelet`` and ``pause``.
-        name: the node's name.
+        name: the node's name (the kubelet's certificate names it).
     """
 
     def __init__(
-        self, root: Path, kubeconfig: Path, client_ca: Path, bin_dir: Path, name: str
+        self, root: Path, kubeconfigs: NodeKubeconfigs, client_ca: Path, bin_dir: Path, name: str
     ) -> None:
-        self.logs, self.kubeconfig, self.client_ca = root / "logs", kubeconfig, client_ca
+        self.logs, self.client_ca = root / "logs", client_ca
+        self.kubeconfig = kubeconfigs.kubelet
         # Sockets live under it (a unix socket's path is at most 107 bytes): short, in /tmp.
         self.root = Path(tempfile.mkdtemp(prefix="openforge-node-"))
         self.bin_dir, self.name = bin_dir, name
@@ -92,11 +106,13 @@ class RealNode:
         self._containerd: ServiceProcess | None = None
         self._kubelet: ServiceProcess | None = None
         self.policy = PolicyAgent(
-            bin_dir / "kube-router", kubeconfig, name, self.gateway, self.logs / "kube-router.log"
-        )
+            bin_dir / "kube-router", kubeconfigs.policy_agent, name, self.gateway,
+            self.logs / "kube-router.log",
+        )  # fmt: skip
         self.services = ServiceRouting(
-            bin_dir / "kube-proxy", kubeconfig, name, self.subnet, self.logs / "kube-proxy.log"
-        )
+            bin_dir / "kube-proxy", kubeconfigs.service_proxy, name, self.subnet,
+            self.logs / "kube-proxy.log",
+        )  # fmt: skip
 
     # -- where things are ------------------------------------------------------------------------
     @property

@@ -208,6 +208,32 @@ def _get(url: str) -> str | None:
         return None
 
 
+def test_the_kubelet_and_kube_proxy_are_themselves_to_the_api_server(real_kube: LocalKube) -> None:
+    """The kubelet holds a node's credential (the Node authorizer and NodeRestriction bound it to
+    its own node and its own pods' objects), kube-proxy its own (it reads Services, no more)."""
+    from kubernetes import client, config
+    from kubernetes.client.exceptions import ApiException
+
+    def forbidden(call: Any) -> bool:
+        try:
+            call()
+        except ApiException as exc:
+            return exc.status == 403
+        return False
+
+    node = client.CoreV1Api(config.new_client_from_config(str(real_kube.kubeconfig_of("node-0"))))
+    assert node.read_node("openforge-node-0").metadata.name == "openforge-node-0"
+    assert forbidden(lambda: node.list_secret_for_all_namespaces())
+    assert forbidden(lambda: node.create_namespaced_pod("default", _pod("as-node", "true")))
+    assert forbidden(lambda: node.delete_namespaced_service("kubernetes", "default"))
+    proxy = client.CoreV1Api(
+        config.new_client_from_config(str(real_kube.kubeconfig_of("kube-proxy")))
+    )
+    assert proxy.list_service_for_all_namespaces().items  # what it routes
+    assert forbidden(lambda: proxy.list_secret_for_all_namespaces())
+    assert forbidden(lambda: proxy.create_namespaced_pod("default", _pod("as-proxy", "true")))
+
+
 def test_stop_leaves_no_process_mount_link_or_namespace(tmp_path: Path) -> None:
     before = set(leftover_processes())
     others = set(Path("/var/run/netns").glob("cni-*"))  # other clusters' pods (the session's)
