@@ -256,9 +256,10 @@ class RuncSandbox(SandboxBackend):
         """(exit code, timed out) of ``runc run``: killed at the deadline, and again every
         half second once the caller's ``cancelled`` is set (a container still being created
         when it was set is not there yet for the first kill)."""
+        step = 0.5 if cancelled is not None else float("inf")  # no stop to look for: one wait
         while True:
             try:
-                return proc.wait(timeout=max(0.0, min(0.5, deadline - time.monotonic()))), False
+                return proc.wait(timeout=max(0.0, min(step, deadline - time.monotonic()))), False
             except subprocess.TimeoutExpired:
                 if time.monotonic() >= deadline:
                     self._kill(cid)
