@@ -288,7 +288,7 @@ class LocalBackend(RolloutBackend):
         out = job.root / f"{phase.agent_out}.out"
         result = self.environments.sandbox(prepared).run(
             SandboxSpec(
-                argv=tuple(inv.argv),
+                argv=(*prepared.entrypoint, *inv.argv),
                 stdout=out,
                 stderr=job.root / f"{phase.agent_out}.err",
                 cwd=workdir,

@@ -87,7 +87,7 @@ def _spec(task: Task, root: Path, agent: Prepared, phase: VerifierPhase, procs: 
     mounts += where.mounts
     mounts += [Mount(host, inside, read_only=False) for host, inside in phase.artifacts]
     return SandboxSpec(
-        argv=("bash", f"{TESTS}/test.sh"),
+        argv=(*where.entrypoint, "bash", f"{TESTS}/test.sh"),
         stdout=root / f"{phase.name}.out",
         stderr=root / f"{phase.name}.err",
         cwd=where.workdir,

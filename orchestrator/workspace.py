@@ -42,6 +42,10 @@ class Prepared:
     mounts: list[Mount] = field(default_factory=list)
     path_prefix: list[str] = field(default_factory=list)
     root: RootFs | None = None  # the task's image (the container sandbox), or None: the host's
+    # The image's ENTRYPOINT, run before each command in it (``exec "$@"`` at its end): how a
+    # web task's image starts its app, for the agent and again for the verifier, as Docker runs
+    # it (and Harbor, whose exec'd commands find it started).
+    entrypoint: tuple[str, ...] = ()
 
 
 def image_plan(task: Task) -> ImagePlan | None:
@@ -134,7 +138,8 @@ def lay_out_image(
         if not source.is_dir():
             os.chown(dirs["workspace"], user.uid, user.gid)
     env = {**image.config.env, **task.environment.env}
-    return Prepared(workdir, dirs, env, root=RootFs(image.rootfs, user.uid, user.gid))
+    root_fs = RootFs(image.rootfs, user.uid, user.gid)
+    return Prepared(workdir, dirs, env, root=root_fs, entrypoint=image.config.entrypoint)
 
 
 def lay_out(task: Task, root: Path) -> Prepared:

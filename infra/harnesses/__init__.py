@@ -14,7 +14,9 @@ from infra.harnesses.base import (
     NpmHarness,
     Report,
     RolloutDirs,
+    Surface,
 )
+from infra.harnesses.browser import Browser, BrowserAnthropic
 from infra.harnesses.claude_code import ClaudeCode
 from infra.harnesses.codex import Codex
 from infra.harnesses.openclaw import OpenClaw
@@ -22,24 +24,32 @@ from infra.harnesses.oracle import NoOp, Oracle
 from schemas.registry import Registry
 
 HARNESSES: Registry[type[Harness]] = Registry("harness")
-for _cls in (Codex, ClaudeCode, OpenClaw, Agent, Oracle, NoOp):
+for _cls in (Codex, ClaudeCode, OpenClaw, Agent, Browser, BrowserAnthropic, Oracle, NoOp):
     HARNESSES.add(_cls.name, _cls)
 
 
 def harness(name: str) -> Harness:
-    """The harness called ``name`` (agent, claude-code, codex, noop, openclaw, oracle), with
-    default settings."""
+    """The harness called ``name`` (agent, browser, browser-anthropic, claude-code, codex, noop,
+    openclaw, oracle), with default settings."""
     return HARNESSES.get(name)()
 
 
-def model_harnesses() -> list[str]:
-    """The names of the harnesses that call a model (all but oracle and noop), sorted."""
-    return [name for name in HARNESSES if HARNESSES[name].capabilities.calls_model]
+def model_harnesses(surface: Surface = Surface.WORKSPACE) -> list[str]:
+    """The names of the harnesses that call a model and act on ``surface`` (the workspace: all
+    but oracle, noop and the browser agents), sorted."""
+    return [
+        name
+        for name in HARNESSES
+        if HARNESSES[name].capabilities.calls_model
+        and HARNESSES[name].capabilities.surface is surface
+    ]
 
 
 __all__ = [
     "HARNESSES",
     "Agent",
+    "Browser",
+    "BrowserAnthropic",
     "Capabilities",
     "ClaudeCode",
     "Codex",
@@ -53,6 +63,7 @@ __all__ = [
     "Oracle",
     "Report",
     "RolloutDirs",
+    "Surface",
     "harness",
     "model_harnesses",
 ]

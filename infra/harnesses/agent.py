@@ -127,11 +127,11 @@ def interpreter(python: Path) -> Interpreter:
         parts.append(Path(info["libpython"]).resolve())
     if info["prefix"] == info["base_prefix"]:  # not a venv: its site-packages
         parts += [Path(info["purelib"]).resolve(), Path(info["platlib"]).resolve()]
-    parts += _links(argv0)
+    parts += links(argv0)
     return Interpreter(argv0, _outermost(parts), info["openai"])
 
 
-def _links(path: Path) -> list[Path]:
+def links(path: Path) -> list[Path]:
     """Every symlink on the way from ``path`` to the interpreter (a venv's ``bin/python`` ->
     ``python3`` -> the base installation's ``bin/python3`` -> ...): a sandbox over another root
     filesystem (an image) has none of them unless each is mounted."""
@@ -176,7 +176,7 @@ class Agent(Harness):
     def install_files(self) -> list[Path]:
         """The interpreter and the OpenAI SDK with what it requires, not the whole venv."""
         argv0 = interpreter(self.python).argv0
-        return sorted({*_links(argv0), argv0.resolve(), *python_files(argv0, ["openai"])})
+        return sorted({*links(argv0), argv0.resolve(), *python_files(argv0, ["openai"])})
 
     def bin_dirs(self) -> list[Path]:
         # Not the venv's bin: the agent's commands must find the sandbox's own python3.

@@ -44,6 +44,13 @@ class Network(StrEnum):
     PROXY = "proxy"  # the capture proxy only (its per-rollout URL), nothing else
 
 
+class Surface(StrEnum):
+    """What a harness's agent acts on."""
+
+    WORKSPACE = "workspace"  # the task's files, with commands or file tools
+    BROWSER = "browser"  # the task's web app, through a browser in the sandbox
+
+
 @dataclass(frozen=True)
 class Capabilities:
     """What a harness needs from the rollout backend that runs it. Backends read these (and
@@ -54,11 +61,14 @@ class Capabilities:
         network: what its sandbox may reach; a harness that calls a model needs the proxy.
         runs_solution: it runs the task's own ``solution/`` (mounted at ``/solution`` for it
             alone); a task without one is refused before anything starts.
+        surface: what its agent acts on: the workspace (coding agents) or a web app in a
+            browser (web tasks, whose image ships Chromium and serves the app).
     """
 
     calls_model: bool = True
     network: Network = Network.PROXY
     runs_solution: bool = False
+    surface: Surface = Surface.WORKSPACE
 
     def __post_init__(self) -> None:
         if self.calls_model and self.network is not Network.PROXY:

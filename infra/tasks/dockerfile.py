@@ -5,10 +5,11 @@ Honoured: one ``FROM`` (the base image is replaced by this machine's root filesy
 callers say so), ``WORKDIR`` (the workspace appears at that absolute path), ``COPY`` / ``ADD`` of
 files from the build context (``environment/``), ``ENV``, and ``RUN pip install ...`` /
 ``RUN pip3 install ...`` / ``RUN python -m pip install ...`` (installed once into a cached
-environment keyed by the exact requirement list). ``LABEL``, ``EXPOSE``, ``CMD`` and
-``ENTRYPOINT`` change nothing a rollout sees and are noted, not applied. Anything else (``RUN``
-of any other command, ``USER``, ``ARG``, a second ``FROM``, ``COPY --from``, ``ADD`` of a URL,
-...) is refused with its line, so nothing is silently skipped.
+environment keyed by the exact requirement list). ``LABEL``, ``EXPOSE`` and ``CMD``
+change nothing a rollout sees and are noted, not applied. Anything else (``RUN`` of any other
+command, ``USER``, ``ARG``, ``ENTRYPOINT`` (it starts a web task's app in the container
+sandbox), a second ``FROM``, ``COPY --from``, ``ADD`` of a URL, ...) is refused with its line,
+so nothing is silently skipped.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from pathlib import Path
 
 from schemas.errors import TaskError
 
-NOTED = {"LABEL", "EXPOSE", "CMD", "ENTRYPOINT", "MAINTAINER", "STOPSIGNAL", "HEALTHCHECK"}
+NOTED = {"LABEL", "EXPOSE", "CMD", "MAINTAINER", "STOPSIGNAL", "HEALTHCHECK"}
 PIP_FLAGS_WITHOUT_VALUE = {
     "--no-cache-dir",
     "-q",

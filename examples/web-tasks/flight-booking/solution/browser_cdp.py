@@ -1,0 +1,420 @@
+"""Headless Chromium driven over the DevTools protocol, with the standard library only.
+
+    page = Browser.launch(home="/tmp/x").page
+    page.goto("http://127.0.0.1:8765/")
+    print(page.observe().text)        # the accessibility tree, interactive elements numbered
+    page.type(3, "ada@example.org", submit=True)
+
+It runs inside a rollout's sandbox (the ``browser`` harness copies it there, beside
+``browser_main.py``) and in web tasks' solutions (a copy of it, so that a solution is the same
+scripted browser run), so it imports nothing but the standard library. Chromium is started with
+``--remote-debugging-pipe``: the protocol goes over two pipes (its fd 3 in, fd 4 out; messages
+end with a NUL byte), so no port is opened. Chromium's own sandbox is off (``--no-sandbox``):
+the rollout's sandbox is the isolation, and a user namespace inside it is not available.
+
+The observation (:meth:`Page.observe`) is the page's accessibility tree as text: one line per
+node that shows something (a heading, text, a control), in document order; each control gets a
+number (``[3] textbox "Email" value=""``) that the actions (:meth:`Page.click`,
+:meth:`Page.type`, :meth:`Page.select`) take. Numbers are valid until the next observation.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import fcntl
+import json
+import os
+import select
+import shutil
+import signal
+import subprocess
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+# Roles a person acts on: these get numbers.
+CONTROLS = {
+    "button", "link", "textbox", "searchbox", "combobox", "checkbox", "radio", "menuitem",
+    "option", "listbox", "spinbutton", "switch", "slider", "tab", "menuitemcheckbox",
+}  # fmt: skip
+# Roles shown for what they say.
+TEXTS = {"heading", "StaticText", "image", "alert", "status", "cell", "columnheader", "caption"}
+FLAGS = ("checked", "selected", "disabled", "required", "expanded")
+CHROMIUM_NAMES = ("chromium", "chromium-browser", "/usr/lib/chromium/chromium")
+
+
+class BrowserError(Exception):
+    """Chromium failed, or an action could not be done (the message says why)."""
+
+
+def find_chromium(explicit: str | None = None) -> str:
+    """``explicit``, else ``$OPENFORGE_CHROMIUM``, else the first Chromium on PATH."""
+    for name in (explicit, os.environ.get("OPENFORGE_CHROMIUM"), *CHROMIUM_NAMES):
+        if name and (found := shutil.which(name)):
+            return found
+    raise BrowserError("no Chromium found: install Debian's chromium package in the image")
+
+
+class Pipe:
+    """One DevTools connection: commands out, replies matched by id, events kept in order."""
+
+    def __init__(self, write_fd: int, read_fd: int, timeout_s: float) -> None:
+        self.write_fd, self.read_fd, self.timeout_s = write_fd, read_fd, timeout_s
+        self.events: list[dict[str, Any]] = []
+        self._buffer = b""
+        self._next_id = 0
+
+    def call(self, method: str, session: str | None = None, **params: Any) -> dict[str, Any]:
+        """Send one command and wait for its reply's ``result`` (BrowserError on an error)."""
+        self._next_id += 1
+        message: dict[str, Any] = {"id": self._next_id, "method": method, "params": params}
+        if session:
+            message["sessionId"] = session
+        data = json.dumps(message).encode() + b"\0"
+        while data:
+            data = data[os.write(self.write_fd, data) :]
+        deadline = time.monotonic() + self.timeout_s
+        while True:
+            reply = self._read(deadline)
+            if reply is None:
+                raise BrowserError(f"{method}: no answer from Chromium in {self.timeout_s:.0f}s")
+            if reply.get("id") != self._next_id:
+                if "method" in reply:
+                    self.events.append(reply)
+                continue
+            if "error" in reply:
+                raise BrowserError(f"{method}: {reply['error'].get('message', reply['error'])}")
+            return dict(reply.get("result") or {})
+
+    def drain(self, seconds: float) -> None:
+        """Read the events Chromium sends for ``seconds``."""
+        deadline = time.monotonic() + seconds
+        while (message := self._read(deadline)) is not None:
+            if "method" in message:
+                self.events.append(message)
+
+    def _read(self, deadline: float) -> dict[str, Any] | None:
+        while b"\0" not in self._buffer:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([self.read_fd], [], [], left)[0]:
+                return None
+            chunk = os.read(self.read_fd, 1 << 20)
+            if not chunk:
+                raise BrowserError("Chromium closed its DevTools pipe (it exited)")
+            self._buffer += chunk
+        raw, self._buffer = self._buffer.split(b"\0", 1)
+        value = json.loads(raw)
+        return value if isinstance(value, dict) else None
+
+
+@dataclass
+class Observation:
+    """What the page shows: its URL, title and accessibility tree as text; the numbered
+    controls' DOM node ids."""
+
+    url: str
+    title: str
+    text: str
+    controls: dict[int, Control] = field(default_factory=dict)  # by number
+
+
+@dataclass(frozen=True)
+class Control:
+    """A numbered element: its DOM node, its role and its accessible name."""
+
+    node: int  # the backend DOM node id
+    role: str
+    name: str
+
+
+@dataclass
+class Page:
+    """One tab, attached by a flat session."""
+
+    pipe: Pipe
+    session: str
+    allowed_schemes: tuple[str, ...] = ("http://", "https://")
+    _controls: dict[int, Control] = field(default_factory=dict)
+
+    def call(self, method: str, **params: Any) -> dict[str, Any]:
+        return self.pipe.call(method, self.session, **params)
+
+    def goto(self, url: str) -> None:
+        if not url.startswith(self.allowed_schemes):
+            raise BrowserError(f"only {' and '.join(self.allowed_schemes)} URLs, not {url!r}")
+        answer = self.call("Page.navigate", url=url)
+        if answer.get("errorText"):
+            raise BrowserError(f"cannot open {url}: {answer['errorText']}")
+        self.settle()
+
+    def settle(self, timeout_s: float = 10.0) -> None:
+        """Wait for a navigation the last action started (if any) to load, then for the
+        document to be complete."""
+        self.pipe.drain(0.15)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            state = self.evaluate("document.readyState")
+            if state == "complete":
+                return
+            time.sleep(0.05)
+
+    def evaluate(self, expression: str) -> Any:
+        answer = self.call("Runtime.evaluate", expression=expression, returnByValue=True)
+        return answer.get("result", {}).get("value")
+
+    def observe(self) -> Observation:
+        nodes = self.call("Accessibility.getFullAXTree")["nodes"]
+        by_id = {n["nodeId"]: n for n in nodes}
+        lines: list[str] = []
+        controls: dict[int, Control] = {}
+        roots = [n for n in nodes if not n.get("parentId")]
+        for root in roots:
+            _walk(root, by_id, lines, controls, None)
+        url, title = self.evaluate("location.href"), self.evaluate("document.title")
+        self._controls = controls
+        text = f"URL: {url}\nTitle: {title}\n" + "\n".join(lines)
+        return Observation(str(url), str(title), text, controls)
+
+    def screenshot(self) -> bytes:
+        """The viewport as PNG."""
+        return base64.b64decode(self.call("Page.captureScreenshot", format="png")["data"])
+
+    def find(self, role: str, name: str) -> int:
+        """The number of the first control with this role and name on the page now (a scripted
+        run's way to name an element)."""
+        for number, control in self.observe().controls.items():
+            if control.role == role and control.name.casefold() == name.casefold():
+                return number
+        raise BrowserError(f"no {role} named {name!r} on {self.evaluate('location.href')}")
+
+    def _node(self, number: int) -> int:
+        if number not in self._controls:
+            known = ", ".join(str(n) for n in sorted(self._controls)) or "none"
+            raise BrowserError(f"no element [{number}] on this page (numbers: {known})")
+        return self._controls[number].node
+
+    def _object(self, number: int) -> str:
+        answer = self.call("DOM.resolveNode", backendNodeId=self._node(number))
+        return str(answer["object"]["objectId"])
+
+    def _run_on(self, number: int, function: str, *args: Any) -> Any:
+        answer = self.call(
+            "Runtime.callFunctionOn",
+            objectId=self._object(number),
+            functionDeclaration=function,
+            arguments=[{"value": a} for a in args],
+            returnByValue=True,
+        )
+        return answer.get("result", {}).get("value")
+
+    def click(self, number: int) -> None:
+        """A left click at the element's centre (scrolled into view), as a person clicks."""
+        node = self._node(number)
+        self.call("DOM.scrollIntoViewIfNeeded", backendNodeId=node)
+        try:
+            quads = self.call("DOM.getContentQuads", backendNodeId=node)["quads"]
+        except BrowserError:
+            quads = []
+        if not quads:
+            raise BrowserError(f"element [{number}] is not visible: it cannot be clicked")
+        xs, ys = quads[0][0::2], quads[0][1::2]
+        x, y = sum(xs) / len(xs), sum(ys) / len(ys)
+        for kind in ("mousePressed", "mouseReleased"):
+            self.call("Input.dispatchMouseEvent", type=kind, x=x, y=y, button="left", clickCount=1)
+        self.settle()
+
+    def type(self, number: int, text: str, submit: bool = False) -> None:
+        """Replace the field's text with ``text`` as typed keys; Enter after it with ``submit``."""
+        self.call("DOM.focus", backendNodeId=self._node(number))
+        self._run_on(number, "function(){ if ('value' in this) { this.value = ''; } }")
+        self.call("Input.insertText", text=text)
+        if submit:
+            for kind in ("keyDown", "keyUp"):
+                self.call(
+                    "Input.dispatchKeyEvent",
+                    type=kind,
+                    key="Enter",
+                    code="Enter",
+                    windowsVirtualKeyCode=13,
+                    text="\r" if kind == "keyDown" else "",
+                )
+        self.settle()
+
+    def select(self, number: int, option: str) -> None:
+        """Choose the option of a drop-down list whose text or value is ``option``."""
+        chosen = self._run_on(number, _SELECT, option)
+        if chosen is None:
+            raise BrowserError(f"element [{number}] has no option {option!r}")
+        self.settle()
+
+    def scroll(self, down: bool = True) -> None:
+        self.evaluate(f"window.scrollBy(0, {'' if down else '-'}0.8 * window.innerHeight)")
+        self.settle()
+
+
+_SELECT = """function(option) {
+  if (!this.options) { return null; }
+  for (const o of this.options) {
+    if (o.text.trim() === option || o.value === option) {
+      this.value = o.value;
+      this.dispatchEvent(new Event('input', {bubbles: true}));
+      this.dispatchEvent(new Event('change', {bubbles: true}));
+      return o.value;
+    }
+  }
+  return null;
+}"""
+
+
+def _prop(node: dict[str, Any], name: str) -> Any:
+    for prop in node.get("properties", ()):
+        if prop.get("name") == name:
+            return prop.get("value", {}).get("value")
+    return None
+
+
+def _walk(
+    node: dict[str, Any],
+    by_id: dict[str, dict[str, Any]],
+    lines: list[str],
+    controls: dict[int, Control],
+    said: str | None,
+) -> None:
+    """One node's line (if it shows anything) and its children's, in document order. Text that
+    only repeats its parent's (``said``) is left out; a drop-down list's options are listed on
+    its line, not numbered."""
+    role = str(node.get("role", {}).get("value", ""))
+    name = str(node.get("name", {}).get("value", "") or "").strip()
+    children = [by_id[c] for c in node.get("childIds", ()) if c in by_id]
+    shown = not node.get("ignored")
+    if shown and role in CONTROLS and node.get("backendDOMNodeId"):
+        number = len(controls) + 1
+        controls[number] = Control(int(node["backendDOMNodeId"]), role, name)
+        line = f"[{number}] {role} {json.dumps(name)}"
+        value = str(node.get("value", {}).get("value") or "")
+        if role in {"textbox", "searchbox", "combobox", "spinbutton"}:
+            line += f" value={json.dumps(value)}"
+        line += "".join(f" {f}" for f in FLAGS if _prop(node, f) in (True, "true"))
+        if role == "combobox":
+            options = _options(node, by_id)
+            if options:
+                lines.append(f"{line} options={json.dumps(options)}")
+                return
+        lines.append(line)
+        said = value or name  # a field's text is its value, already on its line
+    elif shown and role in TEXTS and name and name != said:
+        lines.append(f"{'text' if role == 'StaticText' else role} {json.dumps(name)}")
+        said = name
+    for child in children:
+        _walk(child, by_id, lines, controls, said)
+
+
+def _options(node: dict[str, Any], by_id: dict[str, dict[str, Any]]) -> list[str]:
+    out: list[str] = []
+    for child in (by_id[c] for c in node.get("childIds", ()) if c in by_id):
+        if child.get("role", {}).get("value") == "option":
+            out.append(str(child.get("name", {}).get("value", "")).strip())
+        else:
+            out += _options(child, by_id)
+    return out
+
+
+def _high(fd: int) -> int:
+    high = fcntl.fcntl(fd, fcntl.F_DUPFD, 10)
+    os.close(fd)
+    return high
+
+
+@dataclass
+class Browser:
+    """A headless Chromium process and its one page."""
+
+    process: subprocess.Popen[bytes]
+    pipe: Pipe
+    page: Page
+
+    @classmethod
+    def launch(
+        cls,
+        home: str,
+        chromium: str | None = None,
+        width: int = 1024,
+        height: int = 768,
+        timeout_s: float = 30.0,
+    ) -> Browser:
+        """Start Chromium with its profile under ``home`` and open one blank page."""
+        to_chromium, ours_out = os.pipe()  # we write, it reads (its fd 3)
+        ours_in, from_chromium = os.pipe()  # it writes (its fd 4), we read
+        # Above 9, so that moving them to 3 and 4 in the shell cannot overwrite one of them.
+        to_chromium, from_chromium = (_high(fd) for fd in (to_chromium, from_chromium))
+        argv = [
+            find_chromium(chromium),
+            "--headless=new",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-dev-shm-usage",
+            "--no-first-run",
+            "--no-default-browser-check",
+            "--disable-extensions",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--disable-default-apps",
+            "--disable-crash-reporter",
+            "--mute-audio",
+            "--hide-scrollbars",
+            f"--user-data-dir={os.path.join(home, 'chromium-profile')}",
+            f"--window-size={width},{height}",
+            "--remote-debugging-pipe",
+            "about:blank",
+        ]
+        shell = f'exec "$@" 3<&{to_chromium} 4>&{from_chromium}'
+        log = open(os.path.join(home, "chromium.log"), "ab")  # noqa: SIM115 (the process's)
+        process = subprocess.Popen(
+            ["/bin/bash", "-c", shell, "bash", *argv],  # dash takes no fd above 9
+            pass_fds=(to_chromium, from_chromium),
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            start_new_session=True,
+        )
+        log.close()
+        os.close(to_chromium)
+        os.close(from_chromium)
+        pipe = Pipe(ours_out, ours_in, timeout_s)
+        try:
+            target = pipe.call("Target.createTarget", url="about:blank")["targetId"]
+            session = pipe.call("Target.attachToTarget", targetId=target, flatten=True)
+        except BrowserError as exc:
+            process.kill()
+            raise BrowserError(f"{exc}; see {os.path.join(home, 'chromium.log')}") from exc
+        page = Page(pipe, str(session["sessionId"]))
+        for domain in ("Page", "DOM", "Accessibility", "Runtime"):
+            page.call(f"{domain}.enable")
+        page.call(
+            "Emulation.setDeviceMetricsOverride",
+            width=width,
+            height=height,
+            deviceScaleFactor=1,
+            mobile=False,
+        )
+        return cls(process, pipe, page)
+
+    def close(self) -> None:
+        with contextlib.suppress(BrowserError, OSError):
+            self.pipe.call("Browser.close")
+        try:
+            self.process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.process.pid, signal.SIGKILL)  # its own session: every process of it
+            self.process.wait()
+        for fd in (self.pipe.write_fd, self.pipe.read_fd):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+    def __enter__(self) -> Browser:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,100 @@
+"""``browser``: OpenForge's browser agent (``browser_main.py``) as a harness.
+
+The agent drives headless Chromium inside the rollout's sandbox over the DevTools protocol
+(``browser_cdp.py``) and asks the model for its actions as tool calls, through the proxy, in the
+OpenAI Chat Completions dialect (``browser``) or Anthropic Messages (``browser-anthropic``). Both
+scripts use the standard library only; they are copied into the rollout's home and run with the
+same interpreter as the built-in ``agent`` (mounted read-only). Chromium is the task's: a web
+task's image ships Debian's ``chromium`` (on PATH), and serves the task's app.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+from infra.harnesses.agent import Agent, interpreter, links
+from infra.harnesses.base import Capabilities, Endpoint, Invocation, RolloutDirs, Surface
+from infra.harnesses.python_files import python_files
+from schemas.enums import Dialect
+from schemas.errors import ConfigError
+
+SCRIPTS = (Path(__file__).with_name("browser_main.py"), Path(__file__).with_name("browser_cdp.py"))
+OBSERVATIONS = ("text", "screenshot", "both")
+_DIALECT_ARG = {Dialect.CHAT: "chat", Dialect.MESSAGES: "messages"}
+
+
+class Browser(Agent):
+    """The browser agent; ``observation`` is what the model is shown of the page: ``text``
+    (the accessibility tree), ``screenshot`` or ``both``."""
+
+    name = "browser"
+    dialect = Dialect.CHAT
+    capabilities = Capabilities(surface=Surface.BROWSER)
+
+    def __init__(
+        self,
+        python: Path | str | None = None,
+        max_turns: int = 8,
+        max_tokens: int | None = None,
+        retries: int = 2,
+        observation: str = "text",
+    ) -> None:
+        super().__init__(python, max_turns=max_turns, max_tokens=max_tokens, retries=retries)
+        if observation not in OBSERVATIONS:
+            raise ConfigError(f"observation must be one of {OBSERVATIONS}, not {observation!r}")
+        self.observation = observation
+
+    @property
+    def version(self) -> str:
+        """A digest of the two scripts."""
+        digest = hashlib.sha256()
+        for script in SCRIPTS:
+            digest.update(script.read_bytes())
+        return digest.hexdigest()[:12]
+
+    def install_files(self) -> list[Path]:
+        """The interpreter and its standard library: the scripts need nothing else."""
+        argv0 = interpreter(self.python).argv0
+        return sorted({*links(argv0), argv0.resolve(), *python_files(argv0, [])})
+
+    def invocation(
+        self, task: str, endpoint: Endpoint, dirs: RolloutDirs, timeout_s: float
+    ) -> Invocation:
+        for script in SCRIPTS:
+            (dirs.home / script.name).write_bytes(script.read_bytes())
+        task_file = dirs.home / "task.md"
+        task_file.write_text(task, encoding="utf-8")
+        env = self.base_env(dirs, endpoint)
+        env["OPENFORGE_API_KEY"] = endpoint.api_key
+        argv = [
+            str(self.executable()),
+            "-I",
+            str(dirs.home / SCRIPTS[0].name),
+            "--base-url",
+            endpoint.rollout_base,
+            "--dialect",
+            _DIALECT_ARG[self.dialect],
+            "--model",
+            endpoint.model,
+            "--task-file",
+            str(task_file),
+            "--observation",
+            self.observation,
+            "--max-turns",
+            str(self.max_turns),
+            "--time-limit",
+            str(max(timeout_s * 0.95 - 1.0, 1.0)),
+            "--retries",
+            str(self.retries),
+        ]
+        if self.max_tokens is not None:
+            argv += ["--max-tokens", str(self.max_tokens)]
+        return Invocation(argv, env, dirs.workspace)
+
+
+class BrowserAnthropic(Browser):
+    """The browser agent speaking Anthropic Messages."""
+
+    name = "browser-anthropic"
+    dialect = Dialect.MESSAGES
