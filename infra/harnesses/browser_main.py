@@ -282,74 +282,84 @@ def start_url(task: str, explicit: str | None) -> str:
     return explicit or (found.group(0).rstrip(".,;") if found else "about:blank")
 
 
+class Turns:
+    """The conversation with the model, one turn (a call and its tool calls done) at a time."""
+
+    def __init__(self, args: argparse.Namespace, page: Page, task: str) -> None:
+        self.args, self.page = args, page
+        self.dialect = Dialect(args.dialect, args.base_url.rstrip("/"), args.model, args.max_tokens)
+        self.deadline = time.monotonic() + args.time_limit
+        self.messages = [self.dialect.first(task, *look(page, args.observation))]
+        self.final: str | None = None
+
+    def take(self, turn: int) -> str | None:
+        """One turn; the reason to stop (``done``, ``answer``, ``error``), or None to go on."""
+        try:
+            request = self.dialect.request(SYSTEM, self.messages)
+            answer = post(request, max(self.deadline - time.monotonic(), 1.0), self.args.retries)
+            text, calls, resend = self.dialect.read(answer)
+        except (RuntimeError, KeyError, IndexError, TypeError) as exc:
+            emit("error", message=str(exc), retrying=False)
+            return "error"
+        for n, call in enumerate(calls):
+            call["id"] = call["id"] or f"call_{turn}_{n}"
+        emit("step", turn=turn, content=text, tool_calls=calls)
+        self.final = text or self.final
+        self.messages.append(resend)
+        if not calls:
+            return "answer"
+        texts, done = [], None
+        for call in calls:
+            result, answered = act(self.page, call["name"], call["arguments"])
+            emit("action", call_id=call["id"], name=call["name"], arguments=call["arguments"],
+                 result=result)  # fmt: skip
+            texts.append(result)
+            done = answered if answered is not None else done
+        if done is not None:
+            self.final = done or self.final
+            return "done"
+        try:
+            self.messages += self.dialect.results(
+                calls, texts, *look(self.page, self.args.observation)
+            )
+        except BrowserError as exc:
+            emit("error", message=f"the page cannot be read: {exc}", retrying=False)
+            return "error"
+        return None
+
+
+def play(args: argparse.Namespace, page: Page, task: str) -> tuple[str, int, str | None]:
+    """Open the start page, then take turns until a stop: (stop, turns, final message)."""
+    url = start_url(task, args.start_url)
+    try:
+        if url != "about:blank":
+            page.goto(url)
+        turns = Turns(args, page, task)
+    except BrowserError as exc:
+        emit("error", message=f"cannot open {url}: {exc}", retrying=False)
+        return "error", 0, None
+    emit("observation", url=page.evaluate("location.href"))
+    for turn in range(1, args.max_turns + 1):
+        if turns.deadline - time.monotonic() <= 1:
+            return "deadline", turn - 1, turns.final
+        stop = turns.take(turn)
+        if stop is not None:
+            return stop, turn, turns.final
+    return "max_turns", args.max_turns, turns.final
+
+
 def run(args: argparse.Namespace) -> int:
     session_id = str(uuid.uuid4())
-    deadline = time.monotonic() + args.time_limit
     task = Path(args.task_file).read_text(encoding="utf-8")
-    dialect = Dialect(args.dialect, args.base_url.rstrip("/"), args.model, args.max_tokens)
     emit("start", session_id=session_id, model=args.model, dialect=args.dialect)
-    home = os.environ.get("HOME") or "/tmp"
-    stop, turns, final = "max_turns", 0, None
     try:
-        browser = Browser.launch(home, chromium=args.chromium)
+        browser = Browser.launch(os.environ.get("HOME") or "/tmp", chromium=args.chromium)
     except BrowserError as exc:
         emit("error", message=f"Chromium did not start: {exc}", retrying=False)
-        emit("final", final_message=None, session_id=session_id, stop="error", turns=0)
-        return 1
-    with browser:
-        page = browser.page
-        url = start_url(task, args.start_url)
-        try:
-            if url != "about:blank":
-                page.goto(url)
-            messages = [dialect.first(task, *look(page, args.observation))]
-        except BrowserError as exc:
-            emit("error", message=f"cannot open {url}: {exc}", retrying=False)
-            emit("final", final_message=None, session_id=session_id, stop="error", turns=0)
-            return 1
-        emit("observation", url=page.evaluate("location.href"))
-        while turns < args.max_turns:
-            if deadline - time.monotonic() <= 1:
-                stop = "deadline"
-                break
-            turns += 1
-            try:
-                request = dialect.request(SYSTEM, messages)
-                answer = post(request, max(deadline - time.monotonic(), 1.0), args.retries)
-                text, calls, resend = dialect.read(answer)
-            except (RuntimeError, KeyError, IndexError, TypeError) as exc:
-                emit("error", message=str(exc), retrying=False)
-                stop = "error"
-                break
-            for n, call in enumerate(calls):
-                call["id"] = call["id"] or f"call_{turns}_{n}"
-            emit("step", turn=turns, content=text, tool_calls=calls)
-            final = text or final
-            messages.append(resend)
-            if not calls:
-                stop = "answer"
-                break
-            texts, done = [], None
-            for call in calls:
-                result, answered = act(page, call["name"], call["arguments"])
-                emit(
-                    "action",
-                    call_id=call["id"],
-                    name=call["name"],
-                    arguments=call["arguments"],
-                    result=result,
-                )
-                texts.append(result)
-                done = answered if answered is not None else done
-            if done is not None:
-                final, stop = done or final, "done"
-                break
-            try:
-                messages += dialect.results(calls, texts, *look(page, args.observation))
-            except BrowserError as exc:
-                emit("error", message=f"the page cannot be read: {exc}", retrying=False)
-                stop = "error"
-                break
+        stop, turns, final = "error", 0, None
+    else:
+        with browser:
+            stop, turns, final = play(args, browser.page, task)
     emit("final", final_message=final, session_id=session_id, stop=stop, turns=turns)
     return 1 if stop == "error" else 0
 

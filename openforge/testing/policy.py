@@ -69,15 +69,21 @@ class Script:
     side_answer: str = "File task"
     drop_stream_once: bool = False
     drop_after: int = 3  # tokens sent before the drop
-    plans: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    # A plan's step: the script's tool's arguments, or (another tool's name, its arguments).
+    plans: dict[str, list[dict[str, Any] | tuple[str, dict[str, Any]]]] = field(
+        default_factory=dict
+    )
 
-    def next_call(self, prompt: str) -> dict[str, Any] | None:
-        """The tool call's arguments for this prompt; None: the final answer is due."""
+    def next_call(self, prompt: str) -> tuple[str, dict[str, Any]] | None:
+        """The tool call (name, arguments) for this prompt; None: the final answer is due."""
         done = prompt.count("<tool_response>")
         for marker, calls in self.plans.items():
             if marker in prompt:
-                return calls[done] if done < len(calls) else None
-        return self.arguments if done == 0 else None
+                if done >= len(calls):
+                    return None
+                step = calls[done]
+                return step if isinstance(step, tuple) else (self.tool_name, step)
+        return (self.tool_name, self.arguments) if done == 0 else None
 
 
 @dataclass
@@ -110,9 +116,9 @@ class ScriptedPolicy:
         text = str(self.tokenizer.decode(prompt_ids))
         if "<tools>" not in text:
             return "side", self.script.side_answer
-        arguments = self.script.next_call(text)
-        if arguments is not None:
-            call = {"name": self.script.tool_name, "arguments": arguments}
+        step = self.script.next_call(text)
+        if step is not None:
+            call = {"name": step[0], "arguments": step[1]}
             return "tool_call", f"<tool_call>\n{json.dumps(call)}\n</tool_call>"
         return "final", self.script.final
 

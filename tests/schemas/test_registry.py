@@ -42,7 +42,10 @@ def test_every_registry_of_the_project_refuses_a_typo_with_the_choices() -> None
     from trainer.backends import BACKENDS
 
     for registry, valid in (
-        (HARNESSES, "agent, claude-code, codex, noop, openclaw, oracle"),
+        (
+            HARNESSES,
+            "agent, browser, browser-anthropic, claude-code, codex, noop, openclaw, oracle",
+        ),
         (BACKENDS, "cpu, verl"),
     ):
         with pytest.raises(ConfigError, match=f"choose one of {valid}"):

@@ -94,9 +94,8 @@ def test_missing_install_says_how_to_install(
         Codex().executable()
     with pytest.raises(SetupError, match="scripts/setup harnesses"):
         OpenClaw().node_bin_dir()
-    with pytest.raises(
-        ConfigError, match="choose one of agent, claude-code, codex, noop, openclaw, oracle"
-    ):
+    valid = "agent, browser, browser-anthropic, claude-code, codex, noop, openclaw, oracle"
+    with pytest.raises(ConfigError, match=f"choose one of {valid}"):
         harness("zeroclaw")
 
 

@@ -143,8 +143,13 @@ class Page:
     def goto(self, url: str) -> None:
         if not url.startswith(self.allowed_schemes):
             raise BrowserError(f"only {' and '.join(self.allowed_schemes)} URLs, not {url!r}")
+        previous = self.evaluate("location.href")
         answer = self.call("Page.navigate", url=url)
         if answer.get("errorText"):
+            # Chromium now shows its error page: go back to where the page was.
+            if isinstance(previous, str) and previous.startswith(self.allowed_schemes):
+                self.call("Page.navigate", url=previous)
+                self.settle()
             raise BrowserError(f"cannot open {url}: {answer['errorText']}")
         self.settle()
 
