@@ -77,9 +77,9 @@ class TasksSection:
 
 @dataclass
 class HarnessSection:
-    name: str = _f("agent", "harness playing the tasks: agent, codex, claude-code, openclaw, ...")
-    max_turns: int = _f(2, "model calls per rollout at most (agent harness)")
-    max_tokens: int = _f(48, "tokens per model answer at most (agent harness)")
+    name: str = _f("agent", "harness playing the tasks: agent, browser, codex, claude-code, ...")
+    max_turns: int = _f(2, "model calls per rollout at most (agent and browser harnesses)")
+    max_tokens: int = _f(48, "tokens per model answer at most (agent and browser harnesses)")
 
 
 @dataclass

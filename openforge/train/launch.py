@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from infra import paths
-from infra.harnesses import Agent, Harness, harness
+from infra.harnesses import HARNESSES, Agent, Harness
 from infra.tasks import Task, load_dataset
 from openforge.stack import tiny_model
 from openforge.train.config import TrainConfig
@@ -49,9 +49,10 @@ class Launch:
 
 
 def _harness(cfg: TrainConfig) -> Harness:
-    if cfg.harness.name == "agent":
-        return Agent(max_turns=cfg.harness.max_turns, max_tokens=cfg.harness.max_tokens)
-    return harness(cfg.harness.name)
+    chosen = HARNESSES.get(cfg.harness.name)
+    if issubclass(chosen, Agent):  # the built-in agents: agent, browser, browser-anthropic
+        return chosen(max_turns=cfg.harness.max_turns, max_tokens=cfg.harness.max_tokens)
+    return chosen()
 
 
 def _base_model(cfg: TrainConfig) -> Path:

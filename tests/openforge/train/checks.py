@@ -42,9 +42,15 @@ def processes_mentioning(text: str) -> list[str]:
     return found
 
 
-def check_run(out: Path, log_url: str, per_update: int) -> None:
+ECHO_HELDOUT = {
+    "echo-" + w for w in ("read", "long", "come", "made", "look", "two", "other", "about")
+}
+
+
+def check_run(out: Path, log_url: str, per_update: int, heldout: set[str] = ECHO_HELDOUT) -> None:
     """What every 2-update run must leave behind, whatever its event log; ``per_update``: the
-    episodes each update trains on (tasks per step x samples per task)."""
+    episodes each update trains on (tasks per step x samples per task); ``heldout``: the ids of
+    the held-out tasks (the main job's by default)."""
     summary = json.loads((out / "summary.json").read_text())
     assert summary["updates"] == 2 and summary["policy_version"] == 2
     # Held-out evaluations at the initial and the final policy, recorded.
@@ -61,9 +67,6 @@ def check_run(out: Path, log_url: str, per_update: int) -> None:
     completions = [e for e in records if isinstance(e, CompletionEvent)]
     stamped = {s.version for c in completions for s in c.policy_versions}
     assert {0, 1} <= stamped, stamped  # update 1 trained on v0 rollouts, update 2 on v1
-    heldout = {
-        "echo-" + w for w in ("read", "long", "come", "made", "look", "two", "other", "about")
-    }
     consumed = [
         json.loads(line) for line in (out / "trainer" / "consumed.jsonl").read_text().splitlines()
     ]
