@@ -11,6 +11,7 @@ from proxy.dialects import openai_common
 from proxy.dialects.base import ResponseMeta, sse
 from proxy.dialects.fields import number, require, sampling_from
 from proxy.errors import ProxyError
+from proxy.images import refuse_images
 from schemas.enums import Dialect
 
 ROLES = {"system", "developer", "user", "assistant", "tool"}
@@ -24,6 +25,7 @@ def _message(raw: Any, i: int) -> Message:
         f"messages[{i}].role must be one of {sorted(ROLES)}",
         "messages",
     )
+    refuse_images(raw.get("content"), f"messages[{i}].content", "messages")
     out: Message = {
         "role": "system" if role == "developer" else role,
         "content": text_of(raw.get("content")),

@@ -1,8 +1,9 @@
 """Anthropic Messages (https://docs.anthropic.com/en/api/messages).
 
 ``tool_use`` blocks map onto canonical tool calls (arguments = the input as JSON text),
-``tool_result`` blocks onto tool messages, ``system`` onto a system message. ``thinking`` and
-image blocks carry no tokens we render here and are skipped (they stay in the recorded body).
+``tool_result`` blocks onto tool messages, ``system`` onto a system message. ``thinking`` blocks
+carry no tokens we render here and are skipped (they stay in the recorded body); image blocks
+are refused (:mod:`proxy.images`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from proxy.canonical import CallRequest, Generation, Message, ToolCall, text_of
 from proxy.dialects.base import ResponseMeta, error_type, sse
 from proxy.dialects.fields import number, require, sampling_from
 from proxy.errors import ProxyError
+from proxy.images import refuse_images
 from schemas.enums import Dialect
 
 # HTTP status -> Anthropic error type
@@ -59,6 +61,7 @@ def _messages(raw: list[Any]) -> list[Message]:
             "messages",
         )
         blocks = _blocks(message.get("content"), i)
+        refuse_images(blocks, f"messages[{i}].content", "messages")
         text = "".join(b.get("text", "") for b in blocks if b["type"] == "text")
         if message["role"] == "system":  # mid-conversation context (Claude Code sends these)
             out.append({"role": "system", "content": text})

@@ -17,6 +17,7 @@ from proxy.dialects import openai_common
 from proxy.dialects.base import ResponseMeta, new_id, sse
 from proxy.dialects.fields import require, sampling_from
 from proxy.errors import ProxyError
+from proxy.images import refuse_images
 from schemas.enums import Dialect
 
 CUSTOM_PARAMS = {
@@ -49,6 +50,7 @@ def _messages(items: list[Any]) -> list[Message]:
                 "input",
             )
             role = "system" if role == "developer" else role
+            refuse_images(item.get("content"), f"input[{i}].content", "input")
             messages.append({"role": role, "content": text_of(item.get("content"))})
         elif kind == "function_call":
             require(
@@ -75,6 +77,7 @@ def _messages(items: list[Any]) -> list[Message]:
                 },
             )
         elif kind in ("function_call_output", "custom_tool_call_output"):
+            refuse_images(item.get("output"), f"input[{i}].output", "input")
             messages.append(
                 {
                     "role": "tool",
