@@ -29,7 +29,13 @@ from openforge.stack import LOCAL_MAX_TOKENS
 from openforge.train.config_io import load_config
 from tests.infra.harnesses.conftest import installed
 from tests.infra.harnesses.recording import check_rollouts_run
-from tests.openforge.train.checks import check_audit, check_rebuilt, check_resumed, check_run
+from tests.openforge.train.checks import (
+    check_audit,
+    check_rebuilt,
+    check_resumed,
+    check_run,
+    check_web_run,
+)
 from tests.readme.commands import (
     Block,
     Command,
@@ -169,6 +175,16 @@ SPECS: dict[str, Spec] = {
     ".venv/bin/openforge rollouts run --tasks examples/tasks/write-file "
     "--harness codex,claude-code,openclaw --out runs/harnesses": _harness_runs(
         ("codex", "claude-code", "openclaw")
+    ),
+    ".venv/bin/openforge tasks check examples/web-tasks": Spec(
+        expect=(r"5 tasks: 5 runnable here, 0 refused; oracle below 1 on 0",), timeout=900
+    ),
+    ".venv/bin/openforge train examples/web-demo.toml": Spec(
+        expect=(r"2 updates in \d+ s; held-out reward \d\.\d+ \(v0\) -> \d\.\d+ \(v2\)",),
+        timeout=1200,
+        check=lambda work, _: check_web_run(
+            work / "runs" / "web-demo", work / "runs" / "web-audit"
+        ),
     ),
     ".venv/bin/openforge tasks check examples/tasks": Spec(
         expect=(r"3 tasks: 3 runnable here, 0 refused; oracle below 1 on 0",)

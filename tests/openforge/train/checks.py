@@ -16,16 +16,22 @@ import os
 from pathlib import Path
 from typing import Any
 
+from transformers import AutoTokenizer
+
 from infra.eventlog import DEAD_LETTER_TOPIC, EPISODES_TOPIC, EVENTS_TOPIC, open_reader
+from infra.tasks import load_dataset
 from openforge.audit import html
 from openforge.audit.report import CHART_NAMES, build
 from openforge.query.views import open_views
+from openforge.stack import tiny_model
 from schemas.codec import Record, decode_message
 from schemas.completion import CompletionEvent
 from schemas.episode import Episode
 from schemas.reward import RewardEvent
 from schemas.rollout import COSTS, RolloutEvent
 from tests.openforge.audit.conftest import rendered
+
+WEB_TASKS = Path(__file__).resolve().parents[3] / "examples" / "web-tasks"
 
 
 def processes_mentioning(text: str) -> list[str]:
@@ -224,3 +230,22 @@ def check_resumed(out: Path, output: str) -> None:
         assert _count(con, f"SELECT count(*) FROM raw.{raw}") == _count(
             con, f"SELECT count(*) FROM {view}"
         )
+
+
+def check_web_run(out: Path, tmp: Path) -> None:
+    """What `openforge train examples/web-demo.toml` leaves behind: the main job's checks (its
+    held-out tasks are the web tasks'), every rollout verified with calls recorded, and the
+    model shown the browser's tools and the task's page from its container."""
+    heldout = {t.id for t in load_dataset(WEB_TASKS, split="heldout")}
+    assert heldout == {"profile-login", "flight-booking"}
+    check_run(out, f"local:{out / 'log'}", per_update=3 * 2, heldout=heldout)
+    check_audit(out, tmp)
+    results = [json.loads(p.read_text()) for p in out.glob("*/rollouts/*/result.json")]
+    assert len(results) == 2 * 6 + 2 * 2  # two updates of 6; evaluations at v0 and v2 of 2
+    assert all(r["status"] == "verified" and r["calls"] >= 1 for r in results), results
+    with open_reader(f"local:{out / 'log'}", [EVENTS_TOPIC], "web-demo") as reader:
+        events = [e for rec in reader.poll(100_000, 2.0) for e in decode_message(rec.value)]
+    calls = [e for e in events if isinstance(e, CompletionEvent)]
+    tokenizer = AutoTokenizer.from_pretrained(str(tiny_model(4096, 0)))  # the run's model
+    prompt = tokenizer.decode(calls[0].prompt_token_ids)
+    assert "URL: http://127.0.0.1:8765/" in prompt and '"name": "navigate"' in prompt
