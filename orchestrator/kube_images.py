@@ -54,23 +54,23 @@ class TaskImages:
             if harness.name not in self._installs:
                 self._installs[harness.name] = install_of(harness)
             install = self._installs[harness.name]
-        base, workdir = self._image_of(task, self._builder)
+        base, workdir, entrypoint = self._image_of(task, self._builder)
         ref = with_install(self._builder.store, base, install)
-        built = BuiltImage(self.sink.publish(ref), workdir, holds_harness=True)
+        built = BuiltImage(self.sink.publish(ref), workdir, True, entrypoint)
         with self._lock:
             self._built[key] = built
         return built
 
     @staticmethod
-    def _image_of(task: Task, builder: ImageBuilder) -> tuple[str, str | None]:
-        """The local image the task's pods start from, and its working directory."""
+    def _image_of(task: Task, builder: ImageBuilder) -> tuple[str, str | None, tuple[str, ...]]:
+        """The local image the task's pods start from, its working directory and ENTRYPOINT."""
         if task.dockerfile is not None or task.environment.docker_image:
             image = builder.image(task, say=log.info)
-            return image.ref, image.config.workdir
+            return image.ref, image.config.workdir, image.config.entrypoint
         ref = bases.by_name()[NO_IMAGE_BASE].ref
         if not builder.store.exists(ref):
             raise SetupError(
                 f"task {task.id} has no image of its own, and its pods run in {NO_IMAGE_BASE}, "
                 "which this machine's image store lacks: run `scripts/setup images`"
             )
-        return ref, task.environment.workdir
+        return ref, task.environment.workdir, ()

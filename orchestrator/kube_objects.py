@@ -51,6 +51,9 @@ class TaskObjects:
     tests: dict[str, Any]  # ConfigMap with the files of tests/
     solution: dict[str, Any] | None = None  # ConfigMap with solution/, for the oracle only
     holds_harness: bool = False  # the image carries the harness's install (no copy per pod)
+    # The image's ENTRYPOINT: run before the harness and before the verifier, which the pod's
+    # own command would otherwise replace (as on the local backend's container sandbox).
+    entrypoint: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -63,6 +66,7 @@ class BuiltImage:
     ref: str
     workdir: str | None
     holds_harness: bool = False
+    entrypoint: tuple[str, ...] = ()  # the image's ENTRYPOINT (a web task's app starts there)
 
 
 def tar_files(files: list[tuple[Path, str]]) -> bytes:
@@ -192,6 +196,7 @@ def task_objects(
         ),
         solved,
         holds_harness=built is not None and built.holds_harness,
+        entrypoint=built.entrypoint if built is not None else (),
     )  # fmt: skip
 
 

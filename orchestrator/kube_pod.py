@@ -234,7 +234,8 @@ def _agent_init(
         # The home's contents into its (volume) directory, which a non-root user may not chmod
         f"tar -xzf {SECRET_MOUNT}/home.tar.gz -C {shlex.quote(str(home))} && "
         f"{solution}cd {shlex.quote(workdir)} && "
-        f"timeout -k 5 {int(pod.task.agent.timeout_sec)} {shlex.join(invocation.argv)}; "
+        f"timeout -k 5 {int(pod.task.agent.timeout_sec)} "
+        f"{shlex.join([*objects.entrypoint, *invocation.argv])}; "
         f"code=$?; {_USAGE}"
         'printf \'{"exit_code": %d%s}\' "$code" "$(usage)" > /dev/termination-log; exit 0'
     )
@@ -263,7 +264,7 @@ def _verifier(pod: _Pod) -> dict[str, Any]:
         "tar -xzf /openforge/tests/tests.tar.gz -C /tests && "
         f"{{ {archive_script(workdir)}}} && "
         f"cd {shlex.quote(workdir)} && timeout -k 5 {int(pod.task.verifier.timeout_sec)} "
-        f"bash /tests/test.sh; code=$?; {_USAGE}"
+        f"{shlex.join([*pod.objects.entrypoint, 'bash', '/tests/test.sh'])}; code=$?; {_USAGE}"
         "f=; if [ -f /logs/verifier/reward.json ]; then f=reward.json; "
         "elif [ -f /logs/verifier/reward.txt ]; then f=reward.txt; fi; "
         '{ printf \'{"exit_code": %d, "file": "%s"%s}\\n\' "$code" "$f" "$(usage)"; '

@@ -17,7 +17,12 @@ def test_oracle_1_and_noop_0_in_containers_of_each_tasks_image(
     tiny_model_dir: Path, tmp_path: Path
 ) -> None:
     tasks = load_dataset(IMAGES)
-    assert sorted(t.id for t in tasks) == ["package-count", "run-as-user", "sqlite-report"]
+    assert sorted(t.id for t in tasks) == [
+        "notes-service",
+        "package-count",
+        "run-as-user",
+        "sqlite-report",
+    ]
     with job(tmp_path / "oracle", Oracle(), tiny_model_dir) as oracle:
         notes = oracle.orchestrator.check(tasks)
         solved = oracle.run(tasks)

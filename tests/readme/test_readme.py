@@ -64,7 +64,7 @@ def _kube_run_checked(runs: Path) -> None:
     each harness, gave 1 for the solution and 0 for nothing; what the containers printed was
     kept before the pods were deleted (sqlite-report's solution needs the sqlite3 and jq its
     Dockerfile's `RUN apt-get install` put in its image), and so was the final workspace."""
-    tasks = {"sqlite-report", "run-as-user", "package-count"}
+    tasks = {"sqlite-report", "run-as-user", "package-count", "notes-service"}
     for name, reward in (("oracle", 1.0), ("noop", 0.0)):
         rollouts = sorted((runs / name / "rollouts").iterdir())
         results = {(r := json.loads((d / "result.json").read_text()))["task_id"]: r
@@ -194,7 +194,8 @@ SPECS: dict[str, Spec] = {
             r"sqlite-report\s+│\s+container\s+│",
             r"run-as-user\s+│\s+container\s+│",
             r"package-count\s+│\s+container\s+│",
-            r"3 tasks: 3 runnable here, 0 refused; oracle below 1 on 0",
+            r"notes-service\s+│\s+container\s+│",
+            r"4 tasks: 4 runnable here, 0 refused; oracle below 1 on 0",
         )
     ),
     ".venv/bin/openforge services up --kube --no-kafka --no-vllm": Spec(
@@ -214,9 +215,9 @@ SPECS: dict[str, Spec] = {
     "kubernetes --kubeconfig KUBECONFIG_FILE --kube-image-sink IMAGE_SINK --kube-egress-canary "
     "EGRESS_CANARY --kube-cpu-request 0.25 --out runs/kube": Spec(
         expect=(
-            r"oracle: 3 verified, 0 gave up after infrastructure failures, 0 calls recorded, "
+            r"oracle: 4 verified, 0 gave up after infrastructure failures, 0 calls recorded, "
             r"mean reward 1\.000",
-            r"noop: 3 verified, 0 gave up after infrastructure failures, 0 calls recorded, "
+            r"noop: 4 verified, 0 gave up after infrastructure failures, 0 calls recorded, "
             r"mean reward 0\.000",
         ),
         check=lambda work, _: _kube_run_checked(work / "runs" / "kube"),
