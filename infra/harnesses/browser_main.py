@@ -34,9 +34,9 @@ import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:
+if TYPE_CHECKING or __package__:  # imported as infra.harnesses.browser_main
     from infra.harnesses.browser_cdp import Browser, BrowserError, Page
-else:  # in the sandbox: the copy beside this script
+else:  # run as a script in the sandbox: the copy beside it
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from browser_cdp import Browser, BrowserError, Page
 

@@ -3,15 +3,20 @@ chromium``) and a real page served here: what the model is shown, and each actio
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 from urllib.parse import parse_qs
 
 import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
 
-from infra.harnesses.browser_cdp import Browser, BrowserError, Page
+from infra.harnesses.browser_cdp import CONTROLS, TEXTS, Browser, BrowserError, Page, tree_text
+from infra.harnesses.browser_main import TOOLS, act
 from infra.paths import chromium_binary
 
 FORM = """<!doctype html><html><head><title>Sign up</title></head><body>
@@ -142,3 +147,94 @@ def test_bad_actions_say_what_is_wrong_and_leave_the_page_usable(
     assert page.evaluate("window.scrollY") > 0
     page.scroll(down=False)
     assert page.evaluate("window.scrollY") == 0
+
+
+ROLES = [*sorted(CONTROLS | TEXTS), "generic", "RootWebArea", "option", "none"]
+
+
+@st.composite
+def ax_trees(draw: st.DrawFn) -> list[dict[str, Any]]:
+    """Accessibility nodes as Chromium sends them, linked at random: a tree, or worse (cycles,
+    dangling child ids, several roots)."""
+    count = draw(st.integers(1, 30))
+    nodes = []
+    for i in range(count):
+        node: dict[str, Any] = {
+            "nodeId": str(i),
+            "role": {"type": "role", "value": draw(st.sampled_from(ROLES))},
+            "name": {"type": "computedString", "value": draw(st.text(max_size=8))},
+            "ignored": draw(st.booleans()),
+            "childIds": [str(c) for c in draw(st.lists(st.integers(0, count + 3), max_size=4))],
+        }
+        if draw(st.booleans()):
+            node["backendDOMNodeId"] = 100 + i
+        if i and draw(st.booleans()):
+            node["parentId"] = str(draw(st.integers(0, i - 1)))
+        nodes.append(node)
+    return nodes
+
+
+@settings(max_examples=300, deadline=None)
+@given(ax_trees())
+def test_any_tree_becomes_lines_with_each_control_numbered_once_in_order(
+    nodes: list[dict[str, Any]],
+) -> None:
+    lines, controls = tree_text(nodes)
+    numbered = [line for line in lines if line.startswith("[")]
+    assert [int(line[1 : line.index("]")]) for line in numbered] == list(
+        range(1, len(controls) + 1)
+    )
+    by_backend = {n.get("backendDOMNodeId"): n for n in nodes}
+    for control in controls.values():
+        node = by_backend[control.node]
+        assert not node["ignored"] and control.role in CONTROLS
+    assert len({c.node for c in controls.values()}) == len(controls)  # each node once
+    assert len(lines) <= len(nodes)
+
+
+@pytest.fixture(scope="module")
+def shared_page(
+    tmp_path_factory: pytest.TempPathFactory, site: tuple[str, list[dict[str, str]]]
+) -> Iterator[Page]:
+    with Browser.launch(
+        str(tmp_path_factory.mktemp("chromium")), chromium=str(chromium_binary())
+    ) as browser:
+        browser.page.goto(site[0] + "/")
+        yield browser.page
+
+
+arguments = st.one_of(
+    st.text(max_size=20),
+    st.just("{"),
+    st.dictionaries(
+        st.sampled_from(["element", "text", "option", "url", "direction", "submit", "answer"]),
+        st.one_of(st.integers(-3, 50), st.text(max_size=10), st.booleans(), st.none()),
+        max_size=4,
+    ).map(json.dumps),
+)
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(st.sampled_from([t["name"] for t in TOOLS] + ["rm", ""]), arguments)
+@example("click", '{"element": 42}')
+@example("type", '{"element": 1}')
+@example("select", '{"element": 2, "option": "Gold"}')
+@example("navigate", '{"url": "file:///etc/passwd"}')
+@example("click", '{"element": "two"}')
+@example("type", '{"element": 1, "text": "ada@example.org", "submit": true}')
+def test_any_tool_call_of_the_model_gets_a_result_never_a_crash(
+    shared_page: Page, site: tuple[str, list[dict[str, str]]], name: str, raw: str
+) -> None:
+    try:
+        args = json.loads(raw)
+    except ValueError:
+        args = None
+    if isinstance(args, dict) and str(args.get("url", "")).startswith("http"):
+        raw = json.dumps({**args, "url": site[0] + "/"})  # never away from the test's own site
+    shared_page.observe()
+    result, answer = act(shared_page, name, raw)
+    assert result in ("ok", "done") or result.startswith("error: "), result
+    assert (answer is not None) == (result == "done")
+    shared_page.goto(site[0] + "/")  # the next example starts from the form again
