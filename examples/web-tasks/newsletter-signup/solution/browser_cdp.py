@@ -169,13 +169,7 @@ class Page:
         return answer.get("result", {}).get("value")
 
     def observe(self) -> Observation:
-        nodes = self.call("Accessibility.getFullAXTree")["nodes"]
-        by_id = {n["nodeId"]: n for n in nodes}
-        lines: list[str] = []
-        controls: dict[int, Control] = {}
-        roots = [n for n in nodes if not n.get("parentId")]
-        for root in roots:
-            _walk(root, by_id, lines, controls, None)
+        lines, controls = tree_text(self.call("Accessibility.getFullAXTree")["nodes"])
         url, title = self.evaluate("location.href"), self.evaluate("document.title")
         self._controls = controls
         text = f"URL: {url}\nTitle: {title}\n" + "\n".join(lines)
@@ -279,49 +273,73 @@ def _prop(node: dict[str, Any], name: str) -> Any:
     return None
 
 
-def _walk(
-    node: dict[str, Any],
-    by_id: dict[str, dict[str, Any]],
-    lines: list[str],
-    controls: dict[int, Control],
-    said: str | None,
-) -> None:
-    """One node's line (if it shows anything) and its children's, in document order. Text that
-    only repeats its parent's (``said``) is left out; a drop-down list's options are listed on
-    its line, not numbered."""
-    role = str(node.get("role", {}).get("value", ""))
-    name = str(node.get("name", {}).get("value", "") or "").strip()
-    children = [by_id[c] for c in node.get("childIds", ()) if c in by_id]
-    shown = not node.get("ignored")
-    if shown and role in CONTROLS and node.get("backendDOMNodeId"):
-        number = len(controls) + 1
-        controls[number] = Control(int(node["backendDOMNodeId"]), role, name)
+def tree_text(nodes: list[dict[str, Any]]) -> tuple[list[str], dict[int, Control]]:
+    """The accessibility tree's nodes (as ``Accessibility.getFullAXTree`` gives them) as the
+    observation's lines, in document order, and its numbered controls. Text that only repeats
+    its parent's is left out; a drop-down list's options are listed on its line, not numbered.
+    Each node is shown once, however the nodes link (no recursion: a deep page is no limit)."""
+    by_id = {n["nodeId"]: n for n in nodes if isinstance(n, dict) and "nodeId" in n}
+    lines: list[str] = []
+    controls: dict[int, Control] = {}
+    seen: set[str] = set()
+    roots = [n for n in by_id.values() if n.get("parentId") not in by_id]
+    stack: list[tuple[dict[str, Any], str | None]] = [(r, None) for r in reversed(roots)]
+    while stack:
+        node, said = stack.pop()
+        if node["nodeId"] in seen:
+            continue
+        seen.add(node["nodeId"])
+        line, said, descend = _line(node, by_id, said, len(controls) + 1)
+        if line is not None:
+            lines.append(line)
+            if line.startswith("["):
+                controls[len(controls) + 1] = Control(
+                    int(node["backendDOMNodeId"]), _role(node), _name(node)
+                )
+        if descend:
+            children = [by_id[c] for c in node.get("childIds", ()) if c in by_id]
+            stack += [(child, said) for child in reversed(children)]
+    return lines, controls
+
+
+def _role(node: dict[str, Any]) -> str:
+    return str((node.get("role") or {}).get("value", ""))
+
+
+def _name(node: dict[str, Any]) -> str:
+    return str((node.get("name") or {}).get("value", "") or "").strip()
+
+
+def _line(
+    node: dict[str, Any], by_id: dict[str, dict[str, Any]], said: str | None, number: int
+) -> tuple[str | None, str | None, bool]:
+    """A node's line (None: it shows nothing), what its children need not repeat, and whether
+    its children are shown."""
+    role, name = _role(node), _name(node)
+    if node.get("ignored"):
+        return None, said, True
+    if role in CONTROLS and isinstance(node.get("backendDOMNodeId"), int):
         line = f"[{number}] {role} {json.dumps(name)}"
-        value = str(node.get("value", {}).get("value") or "")
+        value = str((node.get("value") or {}).get("value") or "")
         if role in {"textbox", "searchbox", "combobox", "spinbutton"}:
             line += f" value={json.dumps(value)}"
         line += "".join(f" {f}" for f in FLAGS if _prop(node, f) in (True, "true"))
-        if role == "combobox":
-            options = _options(node, by_id)
-            if options:
-                lines.append(f"{line} options={json.dumps(options)}")
-                return
-        lines.append(line)
-        said = value or name  # a field's text is its value, already on its line
-    elif shown and role in TEXTS and name and name != said:
-        lines.append(f"{'text' if role == 'StaticText' else role} {json.dumps(name)}")
-        said = name
-    for child in children:
-        _walk(child, by_id, lines, controls, said)
+        options = _options(node, by_id, set()) if role == "combobox" else []
+        if options:
+            return f"{line} options={json.dumps(options)}", said, False
+        return line, value or name, True  # a field's text is its value, already on its line
+    if role in TEXTS and name and name != said:
+        return f"{'text' if role == 'StaticText' else role} {json.dumps(name)}", name, True
+    return None, said, True
 
 
-def _options(node: dict[str, Any], by_id: dict[str, dict[str, Any]]) -> list[str]:
+def _options(node: dict[str, Any], by_id: dict[str, dict[str, Any]], seen: set[str]) -> list[str]:
     out: list[str] = []
     for child in (by_id[c] for c in node.get("childIds", ()) if c in by_id):
-        if child.get("role", {}).get("value") == "option":
-            out.append(str(child.get("name", {}).get("value", "")).strip())
-        else:
-            out += _options(child, by_id)
+        if child["nodeId"] in seen or len(seen) > len(by_id):
+            continue
+        seen.add(child["nodeId"])
+        out += [_name(child)] if _role(child) == "option" else _options(child, by_id, seen)
     return out
 
 
