@@ -204,6 +204,39 @@ QUERIES: tuple[Query, ...] = (
         """,
     ),
     Query(
+        "actions_per_rollout",
+        "Actions per rollout",
+        "one row per (harness, actions): how many rollouts made that many tool calls (the "
+        "agent's actions: a browser agent's clicks and typing, a coding agent's commands), "
+        "read from the recorded responses as for tool-call usage; a call whose body was not "
+        "kept counts one action if it finished with tool calls",
+        """
+        WITH c AS (
+            SELECT rollout_id, harness, response_body AS body, finish_reason FROM raw.completion
+            WHERE NOT side_call
+            QUALIFY row_number() OVER (PARTITION BY event_id ORDER BY date) = 1
+        ), counted AS (
+            SELECT rollout_id, harness, CASE
+                WHEN body IS NOT NULL AND json_valid(body) THEN len(list_concat(
+                    coalesce(json_extract_string(body,
+                        '$.choices[*].message.tool_calls[*].function.name'), []),
+                    coalesce(list_filter(json_extract_string(body, '$.output[*].name'),
+                        lambda x: x IS NOT NULL), []),
+                    coalesce(list_filter(json_extract_string(body, '$.content[*].name'),
+                        lambda x: x IS NOT NULL), [])))
+                WHEN body IS NULL AND finish_reason = 'tool_calls' THEN 1
+                ELSE 0 END AS actions
+            FROM c
+        ), per AS (
+            SELECT rollout_id, any_value(harness) AS harness, sum(actions) AS actions
+            FROM counted GROUP BY rollout_id
+        )
+        SELECT coalesce(harness, '?') AS harness, CAST(actions AS BIGINT) AS actions,
+            count(*) AS rollouts
+        FROM per GROUP BY 1, 2 ORDER BY 2, 1
+        """,
+    ),
+    Query(
         "rollouts_without_reward",
         "Rollouts without a reward",
         "one row per rollout that has lifecycle events but no reward event: its last phase and "

@@ -174,7 +174,7 @@ def _stacked_section(title: str, result: Result, row: str, cls: str, value: str)
 
 def _call_sections(r: dict[str, Result]) -> tuple[Section, ...]:
     """How the calls went: continuity and fork classes, staleness, importance weights,
-    latency per dialect and tool-call usage."""
+    latency per dialect, tool-call usage and actions per rollout."""
     is_w, lat, tools = r["is_weights_per_step"], r["latency_by_dialect"], r["tool_calls"]
     is_chart = charts.lines(
         "is_weights",
@@ -201,6 +201,8 @@ def _call_sections(r: dict[str, Result]) -> tuple[Section, ...]:
         Section("Importance-sampling weights", is_w.query.doc, is_chart, (is_w,)),
         Section("Latency per dialect", lat.query.doc, latency, (lat,)),
         Section("Tool-call usage", tools.query.doc, tool_chart, (tools,)),
+        _stacked_section("Actions per rollout", r["actions_per_rollout"],
+                         "actions", "harness", "rollouts"),
     )  # fmt: skip
 
 
@@ -253,8 +255,8 @@ CHART_NAMES: Sequence[str] = (
     "reward_per_step", "reward_by_task", "reward_by_harness", "reward_by_policy_version",
     "error_recovery",
     "continuity_by_harness", "fork_classes_by_harness", "staleness", "is_weights",
-    "latency_by_dialect", "tool_calls", "promotions", "failures", "step_lineage",
-    "cost_per_rollout", "timeline",
+    "latency_by_dialect", "tool_calls", "actions_per_rollout", "promotions", "failures",
+    "step_lineage", "cost_per_rollout", "timeline",
 )  # fmt: skip
 """Every chart of the page, in order (each appears once, drawn or "no data")."""
 

@@ -102,6 +102,26 @@ def test_tool_calls_count_each_event_once(small_run: SmallRun) -> None:
     assert got == Counter(events.values())
 
 
+def test_actions_per_rollout_count_each_rollouts_tool_calls(small_run: SmallRun) -> None:
+    # Every other call's response holds one tool call; duplicate deliveries count once; a
+    # rollout whose calls made none is in the 0 bar.
+    calls: dict[str, tuple[str, str, bool]] = {}  # event -> (rollout, harness, has a tool call)
+    for path in archive_files(small_run.path / "archive", "completion"):
+        for row in pq.read_table(path).to_pylist():
+            if not row["side_call"]:
+                body = str(row["response_body"] or "")
+                called = any(k in body for k in ('"tool_calls"', '"function_call"', '"tool_use"'))
+                calls[row["event_id"]] = (row["rollout_id"], row["harness"], called)
+    per: dict[str, tuple[str, int]] = {}
+    for rollout, harness, called in calls.values():
+        per[rollout] = (harness, per.get(rollout, (harness, 0))[1] + int(called))
+    want = Counter(per.values())
+    con = connect(RunFiles.of_run(small_run.path))
+    got = Counter({(h, a): n for h, a, n in run(con, BY_NAME["actions_per_rollout"]).rows})
+    assert got == want and sum(got.values()) == len(per)
+    assert len({a for _, a in got}) >= 2  # rollouts with different numbers of actions
+
+
 def test_failures_and_lineage(small_run: SmallRun, results: dict[str, Result]) -> None:
     assert [r[0] for r in _rows(results, "rollouts_without_reward")] == small_run.unrewarded
     assert [r[0] for r in _rows(results, "dead_letters")] == small_run.dead
