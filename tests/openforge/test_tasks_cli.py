@@ -33,9 +33,9 @@ def _openforge(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[
 def test_tasks_build_builds_each_image_once() -> None:
     first = _openforge("tasks", "build", "examples/images")
     assert first.returncode == 0, first.stdout + first.stderr
-    assert "3 tasks: 3 ready, 0 refused" in first.stdout
+    assert "4 tasks: 4 ready, 0 refused" in first.stdout
     again = _openforge("tasks", "build", "examples/images")
-    assert again.returncode == 0 and again.stdout.count("(cached)") == 3, again.stdout
+    assert again.returncode == 0 and again.stdout.count("(cached)") == 4, again.stdout
     assert "building" not in again.stdout
     assert "run-as-user: image localhost/openforge/task:" in again.stdout
     assert "user worker" in again.stdout
