@@ -21,6 +21,7 @@ import argparse
 import statistics
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from transformers import AutoTokenizer
 
@@ -43,8 +44,8 @@ TASK = ROOT / "examples" / "web-tasks" / "newsletter-signup"
 PAGE_LINE = '[1] textbox "Email address"'
 
 
-def _first_calls(harness: Harness, model: Path, upstream: str, root: Path) -> list[float]:
-    """Seconds from each rollout's start to its first call at the proxy (one rollout)."""
+def _first_call(harness: Harness, model: Path, tokenizer: Any, upstream: str, root: Path) -> float:
+    """Seconds from one rollout's start to its first call at the proxy."""
     config = proxy_config(upstream, root / "proxy", tokenizer=model)
     with running_proxy(config, unix_socket=root / "proxy" / "proxy.sock") as proxy:
         assert proxy.unix_socket is not None
@@ -64,10 +65,10 @@ def _first_calls(harness: Harness, model: Path, upstream: str, root: Path) -> li
         and r.phase is RolloutPhase.STARTED
     )
     first = completions_of(records, record.rollout_id)[0]
-    prompt = str(AutoTokenizer.from_pretrained(str(model)).decode(first.prompt_token_ids))
+    prompt = str(tokenizer.decode(first.prompt_token_ids))
     is_browser = isinstance(harness, Browser)
     assert (PAGE_LINE in prompt) is is_browser, prompt[-800:]  # proof of path
-    return [(first.timings.received_us - started) / 1e6]
+    return (first.timings.received_us - started) / 1e6
 
 
 def main() -> None:
@@ -75,12 +76,14 @@ def main() -> None:
     parser.add_argument("--rollouts", type=int, default=8, help="per harness")
     args = parser.parse_args()
     model = tiny_model(4096, 0)
+    tokenizer = AutoTokenizer.from_pretrained(str(model))
     script = Script("done", {"answer": "done"}, final="Done.")
     times: dict[str, list[float]] = {"browser": [], "agent": []}
     with serving(ScriptedPolicy(model, script)) as upstream, tempfile.TemporaryDirectory() as tmp:
         for n in range(args.rollouts):
             for name, harness in (("browser", Browser(max_turns=1)), ("agent", Agent(max_turns=1))):
-                times[name] += _first_calls(harness, model, upstream, Path(tmp) / f"{name}-{n}")
+                root = Path(tmp) / f"{name}-{n}"
+                times[name].append(_first_call(harness, model, tokenizer, upstream, root))
     p50 = {name: statistics.median(values) for name, values in times.items()}
     print("| harness | rollouts | start to first call p50 (s) | max (s) |")
     print("| --- | --- | --- | --- |")

@@ -13,6 +13,7 @@ import fcntl
 import hashlib
 import json
 import random
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -135,20 +136,28 @@ def _build_weights(out_dir: Path, spec: TinyModelSpec, seed: int, vocab_size: in
 def build_tiny_model(out_dir: Path, seed: int = 0, spec: TinyModelSpec | None = None) -> Path:
     """Build (or reuse) the tiny model in ``out_dir``; returns ``out_dir``.
 
-    A directory holding a ``openforge-tiny.json`` stamp with the same seed and spec is reused.
-    Processes building the same directory at once (the suite's workers) take turns on a lock
-    file beside it: the first builds, the others reuse its model.
+    A directory holding a ``openforge-tiny.json`` stamp with the same seed and spec is reused
+    (:func:`build_once`).
     """
     spec = spec or TinyModelSpec()
     stamp = {"seed": seed, "spec": asdict(spec), "format": 1}
-    stamp_path = out_dir / "openforge-tiny.json"
+    return build_once(out_dir, "openforge-tiny.json", stamp, lambda: _build(out_dir, spec, seed))
+
+
+def build_once(
+    out_dir: Path, stamp_name: str, stamp: dict[str, object], build: Callable[[], None]
+) -> Path:
+    """``build()`` into ``out_dir`` unless it holds the stamp file ``stamp_name`` with ``stamp``;
+    then the stamp is written. Processes building the same directory at once (the suite's
+    workers) take turns on a lock file beside it: the first builds, the others reuse its work."""
+    stamp_path = out_dir / stamp_name
     if _stamped(stamp_path, stamp):
         return out_dir
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     with open(out_dir.parent / f"{out_dir.name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not _stamped(stamp_path, stamp):
-            _build(out_dir, spec, seed)
+            build()
             stamp_path.write_text(json.dumps(stamp, sort_keys=True))
     return out_dir
 

@@ -17,12 +17,12 @@ wheels pin another torch); Idefics3's has a PIL fallback, and vLLM serves it on 
 
 from __future__ import annotations
 
-import fcntl
 import json
 import shutil
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from infra.tiny_model import build_once
 from schemas.errors import SetupError
 
 IMAGE_TOKENS = ["<fake_token_around_image>", "<image>", "<global-img>"]
@@ -56,31 +56,22 @@ def build_tiny_vlm(
 ) -> Path:
     """Build (or reuse) the tiny VLM in ``out_dir`` over the tokenizer in ``text_dir`` (the tiny
     model's); returns ``out_dir``. A directory stamped with the same seed, spec and tokenizer is
-    reused; builders of one directory take turns on a lock file beside it."""
+    reused (:func:`infra.tiny_model.build_once`)."""
     spec = spec or TinyVLMSpec()
     tokenizer = json.loads((text_dir / "tokenizer.json").read_text())
     stamp = {"seed": seed, "spec": asdict(spec), "vocab": len(tokenizer["model"]["vocab"])}
-    stamp_path = out_dir / STAMP
-    if stamp_path.exists() and json.loads(stamp_path.read_text()) == stamp:
-        return out_dir
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    with open(out_dir.parent / f"{out_dir.name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not (stamp_path.exists() and json.loads(stamp_path.read_text()) == stamp):
-            shutil.rmtree(out_dir, ignore_errors=True)
-            _build(out_dir, text_dir, spec, seed)
-            stamp_path.write_text(json.dumps(stamp, sort_keys=True))
-    return out_dir
+
+    def build() -> None:
+        shutil.rmtree(out_dir, ignore_errors=True)
+        _build(out_dir, text_dir, spec, seed)
+
+    return build_once(out_dir, STAMP, stamp, build)
 
 
 def _build(out_dir: Path, text_dir: Path, spec: TinyVLMSpec, seed: int) -> None:
     try:
         import torch
-        from transformers import (
-            AutoTokenizer,
-            Idefics3Config,
-            Idefics3ForConditionalGeneration,
-        )
+        from transformers import AutoTokenizer, Idefics3Config, Idefics3ForConditionalGeneration
     except ImportError as exc:
         raise SetupError(
             "building the tiny VLM needs the trainer extra: pip install 'openforge[trainer]'"
@@ -94,36 +85,14 @@ def _build(out_dir: Path, text_dir: Path, spec: TinyVLMSpec, seed: int) -> None:
         assert isinstance(found, int), (name, found)
         return found
 
-    eos = token("<|im_end|>")
-    text = {
-        "model_type": "llama",
-        "vocab_size": len(tokenizer),
-        "hidden_size": spec.hidden_size,
-        "intermediate_size": spec.intermediate_size,
-        "num_hidden_layers": spec.num_hidden_layers,
-        "num_attention_heads": spec.num_attention_heads,
-        "num_key_value_heads": spec.num_key_value_heads,
-        "max_position_embeddings": spec.max_position_embeddings,
-        "tie_word_embeddings": True,
-        "bos_token_id": token("<|endoftext|>"),
-        "eos_token_id": eos,
-        "pad_token_id": token("<|endoftext|>"),
-    }
-    vision = {
-        "hidden_size": spec.vision_hidden_size,
-        "intermediate_size": 2 * spec.vision_hidden_size,
-        "num_hidden_layers": 2,
-        "num_attention_heads": 2,
-        "image_size": spec.image_size,
-        "patch_size": spec.patch_size,
-    }
+    pad = token("<|endoftext|>")
     config = Idefics3Config(
-        vision_config=vision,
-        text_config=text,
+        vision_config=_vision_config(spec),
+        text_config=_text_config(spec, len(tokenizer), pad, token("<|im_end|>")),
         image_token_id=token("<image>"),
         scale_factor=spec.scale_factor,
         tie_word_embeddings=True,
-        pad_token_id=token("<|endoftext|>"),
+        pad_token_id=pad,
     )
     torch.manual_seed(seed)
     Idefics3ForConditionalGeneration(config).save_pretrained(str(out_dir))  # float32
@@ -131,7 +100,39 @@ def _build(out_dir: Path, text_dir: Path, spec: TinyVLMSpec, seed: int) -> None:
     shutil.copyfile(text_dir / "chat_template.jinja", out_dir / "chat_template.jinja")
     # The processor's config as transformers writes it (written here: this environment's
     # transformers will not build the PIL image processor without torchvision; vLLM's does).
-    processor = {
+    (out_dir / "processor_config.json").write_text(json.dumps(_processor_config(spec), indent=2))
+
+
+def _text_config(spec: TinyVLMSpec, vocab: int, pad: int, eos: int) -> dict[str, object]:
+    return {
+        "model_type": "llama",
+        "vocab_size": vocab,
+        "hidden_size": spec.hidden_size,
+        "intermediate_size": spec.intermediate_size,
+        "num_hidden_layers": spec.num_hidden_layers,
+        "num_attention_heads": spec.num_attention_heads,
+        "num_key_value_heads": spec.num_key_value_heads,
+        "max_position_embeddings": spec.max_position_embeddings,
+        "tie_word_embeddings": True,
+        "bos_token_id": pad,
+        "eos_token_id": eos,
+        "pad_token_id": pad,
+    }
+
+
+def _vision_config(spec: TinyVLMSpec) -> dict[str, object]:
+    return {
+        "hidden_size": spec.vision_hidden_size,
+        "intermediate_size": 2 * spec.vision_hidden_size,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 2,
+        "image_size": spec.image_size,
+        "patch_size": spec.patch_size,
+    }
+
+
+def _processor_config(spec: TinyVLMSpec) -> dict[str, object]:
+    return {
         "processor_class": "Idefics3Processor",
         "image_seq_len": spec.image_seq_len,
         "image_processor": {
@@ -150,4 +151,3 @@ def _build(out_dir: Path, text_dir: Path, spec: TinyVLMSpec, seed: int) -> None:
             "resample": 1,
         },
     }
-    (out_dir / "processor_config.json").write_text(json.dumps(processor, indent=2))

@@ -19,7 +19,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, ClassVar
 
 from infra.harnesses.base import (
     Endpoint,
@@ -127,11 +127,11 @@ def interpreter(python: Path) -> Interpreter:
         parts.append(Path(info["libpython"]).resolve())
     if info["prefix"] == info["base_prefix"]:  # not a venv: its site-packages
         parts += [Path(info["purelib"]).resolve(), Path(info["platlib"]).resolve()]
-    parts += links(argv0)
+    parts += _links(argv0)
     return Interpreter(argv0, _outermost(parts), info["openai"])
 
 
-def links(path: Path) -> list[Path]:
+def _links(path: Path) -> list[Path]:
     """Every symlink on the way from ``path`` to the interpreter (a venv's ``bin/python`` ->
     ``python3`` -> the base installation's ``bin/python3`` -> ...): a sandbox over another root
     filesystem (an image) has none of them unless each is mounted."""
@@ -145,6 +145,7 @@ def links(path: Path) -> list[Path]:
 class Agent(Harness):
     name = "agent"
     dialect = Dialect.CHAT
+    packages: ClassVar[tuple[str, ...]] = ("openai",)  # what its script imports, beyond stdlib
 
     def __init__(
         self,
@@ -174,23 +175,32 @@ class Agent(Harness):
         return list(interpreter(self.python).paths)
 
     def install_files(self) -> list[Path]:
-        """The interpreter and the OpenAI SDK with what it requires, not the whole venv."""
+        """The interpreter and the packages its script imports (:attr:`packages`) with what
+        they require, not the whole venv."""
         argv0 = interpreter(self.python).argv0
-        return sorted({*links(argv0), argv0.resolve(), *python_files(argv0, ["openai"])})
+        return sorted({*_links(argv0), argv0.resolve(), *python_files(argv0, list(self.packages))})
 
     def bin_dirs(self) -> list[Path]:
         # Not the venv's bin: the agent's commands must find the sandbox's own python3.
         return []
 
-    def invocation(
-        self, task: str, endpoint: Endpoint, dirs: RolloutDirs, timeout_s: float
-    ) -> Invocation:
-        script = dirs.home / SCRIPT.name
-        script.write_bytes(SCRIPT.read_bytes())
+    def prepare(
+        self, scripts: tuple[Path, ...], task: str, endpoint: Endpoint, dirs: RolloutDirs
+    ) -> tuple[Path, Path, dict[str, str]]:
+        """The rollout's copy of ``scripts`` in its home (the first one's path is returned), the
+        task's file beside them, and the environment with the rollout's key."""
+        for script in scripts:
+            (dirs.home / script.name).write_bytes(script.read_bytes())
         task_file = dirs.home / "task.md"
         task_file.write_text(task, encoding="utf-8")
         env = self.base_env(dirs, endpoint)
         env[API_KEY_ENV] = endpoint.api_key
+        return dirs.home / scripts[0].name, task_file, env
+
+    def invocation(
+        self, task: str, endpoint: Endpoint, dirs: RolloutDirs, timeout_s: float
+    ) -> Invocation:
+        script, task_file, env = self.prepare((SCRIPT,), task, endpoint, dirs)
         argv = [
             str(self.executable()),
             "-I",  # no PYTHON* variables, no user site, not the script's directory on sys.path

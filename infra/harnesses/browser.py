@@ -13,9 +13,8 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from infra.harnesses.agent import Agent, interpreter, links
+from infra.harnesses.agent import Agent
 from infra.harnesses.base import Capabilities, Endpoint, Invocation, RolloutDirs, Surface
-from infra.harnesses.python_files import python_files
 from schemas.enums import Dialect
 from schemas.errors import ConfigError
 
@@ -31,6 +30,7 @@ class Browser(Agent):
     name = "browser"
     dialect = Dialect.CHAT
     capabilities = Capabilities(surface=Surface.BROWSER)
+    packages = ()  # the standard library only: the interpreter alone goes into an image
 
     def __init__(
         self,
@@ -53,24 +53,14 @@ class Browser(Agent):
             digest.update(script.read_bytes())
         return digest.hexdigest()[:12]
 
-    def install_files(self) -> list[Path]:
-        """The interpreter and its standard library: the scripts need nothing else."""
-        argv0 = interpreter(self.python).argv0
-        return sorted({*links(argv0), argv0.resolve(), *python_files(argv0, [])})
-
     def invocation(
         self, task: str, endpoint: Endpoint, dirs: RolloutDirs, timeout_s: float
     ) -> Invocation:
-        for script in SCRIPTS:
-            (dirs.home / script.name).write_bytes(script.read_bytes())
-        task_file = dirs.home / "task.md"
-        task_file.write_text(task, encoding="utf-8")
-        env = self.base_env(dirs, endpoint)
-        env["OPENFORGE_API_KEY"] = endpoint.api_key
+        script, task_file, env = self.prepare(SCRIPTS, task, endpoint, dirs)
         argv = [
             str(self.executable()),
             "-I",
-            str(dirs.home / SCRIPTS[0].name),
+            str(script),
             "--base-url",
             endpoint.rollout_base,
             "--dialect",

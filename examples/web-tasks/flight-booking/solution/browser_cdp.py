@@ -42,6 +42,14 @@ CONTROLS = {
 TEXTS = {"heading", "StaticText", "image", "alert", "status", "cell", "columnheader", "caption"}
 FLAGS = ("checked", "selected", "disabled", "required", "expanded")
 CHROMIUM_NAMES = ("chromium", "chromium-browser", "/usr/lib/chromium/chromium")
+# Headless, no sandbox of its own (the rollout's is the isolation), nothing it would fetch or
+# report by itself.
+CHROMIUM_FLAGS = (
+    "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+    "--no-first-run", "--no-default-browser-check", "--disable-extensions",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+    "--disable-default-apps", "--disable-crash-reporter", "--mute-audio", "--hide-scrollbars",
+)  # fmt: skip
 
 
 class BrowserError(Exception):
@@ -292,10 +300,10 @@ def tree_text(nodes: list[dict[str, Any]]) -> tuple[list[str], dict[int, Control
         line, said, descend = _line(node, by_id, said, len(controls) + 1)
         if line is not None:
             lines.append(line)
-            if line.startswith("["):
-                controls[len(controls) + 1] = Control(
-                    int(node["backendDOMNodeId"]), _role(node), _name(node)
-                )
+        if _is_control(node):
+            controls[len(controls) + 1] = Control(
+                node["backendDOMNodeId"], _role(node), _name(node)
+            )
         if descend:
             children = [by_id[c] for c in node.get("childIds", ()) if c in by_id]
             stack += [(child, said) for child in reversed(children)]
@@ -310,6 +318,15 @@ def _name(node: dict[str, Any]) -> str:
     return str((node.get("name") or {}).get("value", "") or "").strip()
 
 
+def _is_control(node: dict[str, Any]) -> bool:
+    """A node that gets a number: shown, a control's role, a DOM node to act on."""
+    return (
+        not node.get("ignored")
+        and _role(node) in CONTROLS
+        and isinstance(node.get("backendDOMNodeId"), int)
+    )
+
+
 def _line(
     node: dict[str, Any], by_id: dict[str, dict[str, Any]], said: str | None, number: int
 ) -> tuple[str | None, str | None, bool]:
@@ -318,7 +335,7 @@ def _line(
     role, name = _role(node), _name(node)
     if node.get("ignored"):
         return None, said, True
-    if role in CONTROLS and isinstance(node.get("backendDOMNodeId"), int):
+    if _is_control(node):
         line = f"[{number}] {role} {json.dumps(name)}"
         value = str((node.get("value") or {}).get("value") or "")
         if role in {"textbox", "searchbox", "combobox", "spinbutton"}:
@@ -341,6 +358,30 @@ def _options(node: dict[str, Any], by_id: dict[str, dict[str, Any]], seen: set[s
         seen.add(child["nodeId"])
         out += [_name(child)] if _role(child) == "option" else _options(child, by_id, seen)
     return out
+
+
+def _spawn(
+    argv: list[str], log_path: str, timeout_s: float
+) -> tuple[subprocess.Popen[bytes], Pipe]:
+    """Chromium started with the DevTools pipe as its fds 3 (in) and 4 (out), in a session of
+    its own, its output to ``log_path``; our ends of the pipe."""
+    to_chromium, ours_out = os.pipe()  # we write, it reads (its fd 3)
+    ours_in, from_chromium = os.pipe()  # it writes (its fd 4), we read
+    # Above 9, so that moving them to 3 and 4 in the shell cannot overwrite one of them.
+    to_chromium, from_chromium = (_high(fd) for fd in (to_chromium, from_chromium))
+    shell = f'exec "$@" 3<&{to_chromium} 4>&{from_chromium}'
+    with open(log_path, "ab") as log:
+        process = subprocess.Popen(
+            ["/bin/bash", "-c", shell, "bash", *argv],  # dash takes no fd above 9
+            pass_fds=(to_chromium, from_chromium),
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            start_new_session=True,
+        )
+    os.close(to_chromium)
+    os.close(from_chromium)
+    return process, Pipe(ours_out, ours_in, timeout_s)
 
 
 def _high(fd: int) -> int:
@@ -367,51 +408,22 @@ class Browser:
         timeout_s: float = 30.0,
     ) -> Browser:
         """Start Chromium with its profile under ``home`` and open one blank page."""
-        to_chromium, ours_out = os.pipe()  # we write, it reads (its fd 3)
-        ours_in, from_chromium = os.pipe()  # it writes (its fd 4), we read
-        # Above 9, so that moving them to 3 and 4 in the shell cannot overwrite one of them.
-        to_chromium, from_chromium = (_high(fd) for fd in (to_chromium, from_chromium))
         argv = [
             find_chromium(chromium),
-            "--headless=new",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-dev-shm-usage",
-            "--no-first-run",
-            "--no-default-browser-check",
-            "--disable-extensions",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            "--disable-default-apps",
-            "--disable-crash-reporter",
-            "--mute-audio",
-            "--hide-scrollbars",
+            *CHROMIUM_FLAGS,
             f"--user-data-dir={os.path.join(home, 'chromium-profile')}",
             f"--window-size={width},{height}",
             "--remote-debugging-pipe",
             "about:blank",
         ]
-        shell = f'exec "$@" 3<&{to_chromium} 4>&{from_chromium}'
-        log = open(os.path.join(home, "chromium.log"), "ab")  # noqa: SIM115 (the process's)
-        process = subprocess.Popen(
-            ["/bin/bash", "-c", shell, "bash", *argv],  # dash takes no fd above 9
-            pass_fds=(to_chromium, from_chromium),
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=log,
-            start_new_session=True,
-        )
-        log.close()
-        os.close(to_chromium)
-        os.close(from_chromium)
-        pipe = Pipe(ours_out, ours_in, timeout_s)
+        log = os.path.join(home, "chromium.log")
+        process, pipe = _spawn(argv, log, timeout_s)
         try:
             target = pipe.call("Target.createTarget", url="about:blank")["targetId"]
             session = pipe.call("Target.attachToTarget", targetId=target, flatten=True)
         except BrowserError as exc:
-            process.kill()
-            raise BrowserError(f"{exc}; see {os.path.join(home, 'chromium.log')}") from exc
+            cls(process, pipe, Page(pipe, "")).close()  # no page: stop the process, close the pipe
+            raise BrowserError(f"{exc}; see {log}") from exc
         page = Page(pipe, str(session["sessionId"]))
         for domain in ("Page", "DOM", "Accessibility", "Runtime"):
             page.call(f"{domain}.enable")
