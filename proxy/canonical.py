@@ -57,6 +57,7 @@ class Generation:
     tool_calls: list[ToolCall] = field(default_factory=list)
     prompt_tokens: int = 0
     policy_version: int | None = None  # the engine's own policy version, where it reports one
+    engine_prompt_ids: list[int] | None = None  # the prompt the engine rendered (image calls)
 
     def assistant_message(self) -> Message:
         """The assistant message as the harness will resend it (canonical form)."""

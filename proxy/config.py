@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 
+from infra.eventlog.urls import LogKind, parse_url
 from proxy.chat_template import TemplateEngine
 from proxy.redaction import RedactionMode, RedactionPattern, build_patterns, read_pattern_file
 from proxy.render import RenderMode
@@ -63,7 +64,11 @@ class ProxyConfig:
             only when idle or finished; a client running sessions side by side (sub-agents with
             sessions of their own) would otherwise end its own. Values are kept hashed.
         record_bodies: record request and response bodies (False: both are left out of every
-            completion event; token ids, logprobs and the rest stay: see the README).
+            completion event; token ids, logprobs and the rest stay: see the README). The
+            images in calls are stored only with the bodies (their hashes always).
+        image_dir: where the images in calls are stored by content hash
+            (:mod:`infra.image_store`); default: ``images`` in a local log's directory, else
+            ``images`` beside ``spool_dir``. Proxies writing one Kafka log share this directory.
         redaction: ``mask`` (default) replaces secrets in recorded text by ``[REDACTED:NAME]``;
             ``off`` records text as it came. Token ids are never changed (:mod:`proxy.redaction`).
         redact_patterns: regular expressions redacted beside the defaults (``--redact``).
@@ -127,6 +132,7 @@ class ProxyConfig:
     )
     session_client_header: str | None = None
     record_bodies: bool = True
+    image_dir: Path | None = None
     max_body_bytes: int = 32 * 1024 * 1024
     max_admin_body_bytes: int = 64 * 1024
     body_timeout: float = 60.0
@@ -150,6 +156,15 @@ class ProxyConfig:
     redact_file: Path | None = None
     redact_defaults: bool = True
     patterns: list[RedactionPattern] = field(init=False, repr=False)  # compiled, from the above
+
+    def images_root(self) -> Path:
+        """The directory of the images in calls (see ``image_dir``)."""
+        if self.image_dir is not None:
+            return self.image_dir
+        url = parse_url(self.log_url)
+        if url.kind is LogKind.LOCAL:
+            return url.path / "images"
+        return self.spool_dir.parent / "images"
 
     def __post_init__(self) -> None:
         self.upstream_kind = choose(UpstreamKind, self.upstream_kind, "upstream_kind")

@@ -5,14 +5,22 @@ When a request resends the history this rollout's thread recorded (the last call
 the assistant turn we answered), the prompt is the last call's prompt + completion ids exactly,
 followed by the rendering of only the new messages (token-in). Otherwise the prompt is rendered in
 full and the mismatch is classified. Generated tokens are never re-derived from text.
+
+A call with an image is rendered by the engine (:mod:`proxy.upstream_chat`): its plan is made
+from its messages alone (``engine``; no prompt ids yet), and when the engine reports the prompt
+ids it used, :meth:`Plan.settle_engine_prompt` checks them: a call whose messages extend the
+thread's is EXACT only if those ids start with the previous prompt and completion exactly
+(else REWRITTEN: the engine re-tokenized the history).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from proxy.canonical import CallRequest, Generation, Message
+from proxy.images import has_images
 from proxy.render import Renderer, leading_system
 from schemas.delta import common_prefix
 from schemas.enums import CompletionStatus, ContinuityClass
@@ -53,6 +61,18 @@ class Plan:
     parent_event_id: str | None = None
     tools: list[dict[str, Any]] = field(default_factory=list)
     rendered: bool = True  # False when the prompt reuses recorded ids (token-in)
+    engine: bool = False  # the engine renders the prompt (images): its ids come back later
+    expected_prefix: list[int] | None = None  # engine calls: what an EXACT prompt starts with
+
+    def settle_engine_prompt(self, ids: list[int]) -> None:
+        """The prompt ids the engine used for this (engine-rendered) call, checked against
+        the thread: an EXACT call whose ids do not extend the previous ones is REWRITTEN."""
+        self.prompt_ids = list(ids)
+        prefix = self.expected_prefix
+        if self.continuity is ContinuityClass.EXACT and (
+            prefix is None or ids[: len(prefix)] != prefix
+        ):
+            self.continuity = ContinuityClass.REWRITTEN
 
 
 def rewrites_failed(messages: list[Message], last: LastCall) -> bool:
@@ -91,6 +111,18 @@ def classify(messages: list[Message], expected: list[Message]) -> ContinuityClas
     return ContinuityClass.DROPPED
 
 
+def _extends(msgs: list[Message], tools: list[dict[str, Any]], last: LastCall) -> bool:
+    """``msgs`` resend ``last``'s history and our answer, then add to it (same tools)."""
+    expected = last.expected()
+    return (
+        last.assistant is not None
+        and last.status is CompletionStatus.OK
+        and tools == last.tools
+        and len(msgs) > len(expected)
+        and msgs[: len(expected)] == expected
+    )
+
+
 @dataclass
 class ContinuityTracker:
     """Per-rollout thread state. Not thread-safe: the caller serialises plan and commit."""
@@ -124,11 +156,21 @@ class ContinuityTracker:
         if self.main_model is None and req.tools:
             self.main_model = req.model
         thread = self._match(req.messages)
-        if thread is None or thread.last is None:
-            return self._new_thread(req, renderer)
-        return self._next_call(thread, thread.last, req, renderer)
+        engine = has_images(req.messages)
 
-    def _new_thread(self, req: CallRequest, renderer: Renderer) -> Plan:
+        def render() -> list[int]:  # the engine's call: its ids are known once it answers
+            return [] if engine else renderer.prompt_ids(req.messages, req.tools)
+
+        if thread is None or thread.last is None:
+            plan = self._new_thread(req, render)
+        elif engine:
+            plan = self._next_engine_call(thread, thread.last, req)
+        else:
+            plan = self._next_call(thread, thread.last, req, renderer)
+        plan.engine = engine
+        return plan
+
+    def _new_thread(self, req: CallRequest, render: Callable[[], list[int]]) -> Plan:
         """A call that continues no thread: a first call, a compacted conversation, a sub-agent
         or a side call (another model, or no tools once the main model is known)."""
         msgs = req.messages
@@ -146,8 +188,18 @@ class ContinuityTracker:
         thread = Thread(f"{self.rollout_id}/t{len(self.threads)}", side_call=side)
         self.threads.append(thread)
         parent = self.last_event_id if len(self.threads) > 1 and not side else None
-        prompt = renderer.prompt_ids(msgs, req.tools)
-        return Plan(thread, continuity, prompt, parent_event_id=parent, tools=req.tools)
+        return Plan(thread, continuity, render(), parent_event_id=parent, tools=req.tools)
+
+    def _next_engine_call(self, thread: Thread, last: LastCall, req: CallRequest) -> Plan:
+        """A call in ``thread`` that the engine renders: classified by its messages; an exact
+        continuation must prove it by its ids later (:meth:`Plan.settle_engine_prompt`)."""
+        msgs, tools = req.messages, req.tools
+        if msgs == last.messages or rewrites_failed(msgs, last):
+            return Plan(thread, ContinuityClass.RETRY, [], retry_of=last.event_id, tools=tools)
+        if _extends(msgs, tools, last):
+            prefix = [*last.prompt_ids, *last.completion_ids]
+            return Plan(thread, ContinuityClass.EXACT, [], tools=tools, expected_prefix=prefix)
+        return Plan(thread, classify(msgs, last.expected()), [], tools=tools)
 
     def _next_call(
         self, thread: Thread, last: LastCall, req: CallRequest, renderer: Renderer
@@ -179,13 +231,8 @@ class ContinuityTracker:
                 tools=tools,
             )
         expected = last.expected()
-        if (
-            last.assistant is not None
-            and last.status is CompletionStatus.OK
-            and tools == last.tools
-            and len(msgs) > len(expected)
-            and msgs[: len(expected)] == expected
-        ):
+        if _extends(msgs, tools, last):
+            assert last.assistant is not None  # it extends our answer
             suffix = renderer.continuation(
                 last.messages, last.assistant, last.completion_ids, msgs, tools
             )

@@ -7,8 +7,8 @@ import asyncio
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 
 from proxy.canonical import Generation
+from proxy.chunk import Chunk
 from proxy.toolparse import TextDelta, ToolCallDelta, ToolCallStream
-from proxy.upstream import Chunk
 
 Delta = TextDelta | ToolCallDelta
 
@@ -46,6 +46,9 @@ class GenerationStream:
             self.gen.finish_reason = chunk.finish_reason
         if chunk.policy_version is not None:
             self.gen.policy_version = chunk.policy_version
+        if chunk.prompt_token_ids is not None:
+            self.gen.engine_prompt_ids = chunk.prompt_token_ids
+            self.gen.prompt_tokens = len(chunk.prompt_token_ids)
         return list(self._parser.feed(chunk.text))
 
     def _close_parser(self) -> list[Delta]:

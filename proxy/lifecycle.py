@@ -111,7 +111,10 @@ class CallLifecycle:
         max_tokens = min(req.sampling.max_tokens or state.config.default_max_tokens, room)
         if state.config.max_tokens_cap is not None:
             max_tokens = min(max_tokens, state.config.max_tokens_cap)
-        chunks = state.upstream.generate(plan.prompt_ids, req.sampling, max_tokens)
+        if plan.engine:  # images: the engine renders the prompt (proxy.upstream_chat)
+            chunks = state.upstream.generate_chat(req.messages, req.tools, req.sampling, max_tokens)
+        else:
+            chunks = state.upstream.generate(plan.prompt_ids, req.sampling, max_tokens)
         self.generation = GenerationStream(chunks, len(plan.prompt_ids), self._first_token)
         return self.generation
 
@@ -221,6 +224,8 @@ class CallLifecycle:
             else Generation(prompt_tokens=len(ctx.plan.prompt_ids))
         )
         ctx.done_us = now_us()
+        if ctx.plan.engine:  # the prompt the engine rendered, checked against the thread
+            ctx.plan.settle_engine_prompt(gen.engine_prompt_ids or [])
         if ctx.status is CompletionStatus.OK and ctx.response_body is None:
             ctx.response_body = self.dialect.respond(gen, ctx.req, self.meta)
         event, receipt = state.recorder.call(ctx, gen)

@@ -12,6 +12,7 @@ a caller checks before it changes anything, so a refused request leaves no trace
 
 from __future__ import annotations
 
+from infra.image_store import ImageStore
 from proxy.canonical import Generation
 from proxy.errors import ProxyError
 from proxy.metrics import ProxyMetrics
@@ -37,7 +38,8 @@ class Recorder:
     """Makes, redacts and publishes the proxy's records; one receipt per record.
 
     ``record_timeout``: seconds :meth:`durable` waits for a receipt. ``record_bodies``: whether
-    completion events carry the request and response bodies."""
+    completion events carry the request and response bodies; ``images``: where the images of
+    recorded bodies are stored (None: bodies with images are not recorded)."""
 
     def __init__(
         self,
@@ -47,12 +49,14 @@ class Recorder:
         *,
         record_timeout: float,
         record_bodies: bool,
+        images: ImageStore | None = None,
     ) -> None:
         self.publisher = publisher
         self.redactor = redactor
         self._metrics = metrics
         self._timeout = record_timeout
         self._bodies = record_bodies
+        self._images = images
 
     # --- health -------------------------------------------------------------------------------
 
@@ -98,7 +102,8 @@ class Recorder:
         """The ended call's completion event (redacted as it is built; see
         :func:`proxy.recording.completion_event` for the order it must be called in), and the
         receipt of its publication."""
-        event = completion_event(ctx, gen, self._bodies, self.redactor)
+        images = self._images if ctx.rollout.record else None
+        event = completion_event(ctx, gen, self._bodies, self.redactor, images)
         if not ctx.rollout.record:
             return event, self.publisher.publish([])
         self._count_redactions()

@@ -17,8 +17,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from infra.image_store import ImageStore
 from proxy.canonical import CallRequest, Generation
 from proxy.continuity import Plan
+from proxy.images import image_ids, recorded_body
 from proxy.redaction import Redactor
 from proxy.rollouts import FinishedRollout, Rollout
 from schemas.codec import RolloutRecord
@@ -66,7 +68,11 @@ def own_secrets(rollout: Rollout | FinishedRollout | None) -> tuple[str, ...]:
 
 
 def completion_event(
-    ctx: CallContext, gen: Generation, record_bodies: bool, redactor: Redactor | None = None
+    ctx: CallContext,
+    gen: Generation,
+    record_bodies: bool,
+    redactor: Redactor | None = None,
+    images: ImageStore | None = None,
 ) -> CompletionEvent:
     """The call's completion event. Advances the rollout's delta state (its thread's latest
     call becomes this one), so build exactly one event per call, in the rollout's call order
@@ -74,16 +80,26 @@ def completion_event(
 
     With a ``redactor``, the text fields (bodies, model, error, stop strings) are redacted
     (the rollout's own key among the secrets); token ids and logprobs are never touched.
-    ``redacted`` is true when the bodies were left out or anything was redacted."""
+    ``redacted`` is true when the bodies were left out or anything was redacted.
+
+    A call with images (an engine-rendered one) has each image's bytes stored in ``images``
+    and referenced from the recorded body (:func:`proxy.images.recorded_body`); the event lists
+    their hashes either way. Without a store, such a body is left out (``redacted``). Pixels are
+    never redacted: ``--no-bodies`` is how to keep them out of the records."""
     active = redactor if redactor is not None and redactor.active else None
     before = sum(redactor.counts.values()) if redactor is not None else 0
     secrets = own_secrets(ctx.rollout)
+    if ctx.plan.engine:
+        record_bodies = record_bodies and images is not None
+    body = ctx.body if record_bodies else None
+    if body is not None and ctx.plan.engine and images is not None:
+        body = recorded_body(body, images)
     prompt, history = ctx.rollout.delta(
         ctx.plan,
         ctx.event_id,
         ctx.req.dialect,
         gen.token_ids,
-        ctx.body if record_bodies else None,
+        body,
         _request_scrub(active, secrets, ctx.req.dialect),
     )
     response = None
@@ -193,6 +209,7 @@ def _completion(
         request_body=history.body_json if history else None,
         response_body=response,
         redacted=redacted,
+        image_ids=image_ids(ctx.req.messages) if ctx.plan.engine else [],
     )
 
 

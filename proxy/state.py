@@ -6,6 +6,7 @@ the gate (:class:`~proxy.gate.Gate`: the pause and the concurrency slots) and th
 
 from __future__ import annotations
 
+from infra.image_store import ImageStore
 from proxy.config import ProxyConfig
 from proxy.gate import Gate
 from proxy.metrics import ProxyMetrics
@@ -53,6 +54,7 @@ class ProxyState:
             self.metrics,
             record_timeout=config.record_timeout,
             record_bodies=config.record_bodies,
+            images=ImageStore(config.images_root()),
         )
         self.gate = Gate(
             config.max_concurrency, config.pause_mode, config.pause_retry_after, self.metrics

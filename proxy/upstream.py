@@ -16,42 +16,47 @@ the upstream's status and ``Retry-After``. :data:`UPSTREAMS` makes one by
 from __future__ import annotations
 
 import abc
-import json
 from collections.abc import AsyncGenerator, Callable, Iterator
-from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import aiohttp
 import httpx
 import orjson
 
+from proxy.canonical import Message
+from proxy.chunk import Chunk, upstream_error
 from proxy.config import UpstreamKind
 from proxy.errors import ProxyError
+from proxy.upstream_chat import ChatEndpoint
 from schemas.completion import SamplingParams
 from schemas.registry import Registry
 
-
-@dataclass(slots=True)
-class Chunk:
-    """A piece of a generation as the upstream sent it (what one network read brought)."""
-
-    token_ids: list[int] = field(default_factory=list)
-    logprobs: list[float] = field(default_factory=list)
-    text: str = ""
-    finish_reason: str | None = None
-    policy_version: int | None = None  # the engine's, where it reports one
+__all__ = ["UPSTREAMS", "Chunk", "Upstream"]
 
 
 class Upstream(abc.ABC):
-    """Generates a continuation of a token prompt."""
+    """Generates a continuation of a token prompt (:meth:`generate`), or of messages the
+    engine renders itself (:meth:`generate_chat`: calls with images)."""
 
     model: str  # the model name requested upstream
+    chat: ChatEndpoint  # the same server's chat endpoint
 
     @abc.abstractmethod
     def generate(
         self, prompt: list[int], sampling: SamplingParams, max_tokens: int
     ) -> AsyncGenerator[Chunk, None]:
         """Stream the continuation; closing the iterator aborts the upstream request."""
+
+    def generate_chat(
+        self,
+        messages: list[Message],
+        tools: list[dict[str, Any]],
+        sampling: SamplingParams,
+        max_tokens: int,
+    ) -> AsyncGenerator[Chunk, None]:
+        """Stream the answer to ``messages`` rendered by the engine; the first chunk carries
+        the prompt ids it used (:mod:`proxy.upstream_chat`)."""
+        return self.chat.generate(self.model, messages, tools, sampling, max_tokens)
 
     @abc.abstractmethod
     async def aclose(self) -> None: ...
@@ -68,21 +73,10 @@ def _sampling_fields(sampling: SamplingParams, max_tokens: int) -> dict[str, Any
     return body
 
 
-def _upstream_error(status: int, raw: str, retry_after: str | None) -> ProxyError:
-    try:
-        detail = json.loads(raw)
-        message = detail.get("error", {}).get("message") or detail.get("message") or raw
-    except (json.JSONDecodeError, AttributeError):
-        message = raw
-    return ProxyError(
-        status, f"upstream error: {message}"[:2000], retry_after=retry_after, code="upstream_error"
-    )
-
-
 async def _raise_for_status(resp: httpx.Response) -> None:
     if resp.status_code >= 400:
         raw = (await resp.aread()).decode("utf-8", "replace")
-        raise _upstream_error(resp.status_code, raw, resp.headers.get("retry-after"))
+        raise upstream_error(resp.status_code, raw, resp.headers.get("retry-after"))
 
 
 def _transport_error(exc: httpx.HTTPError) -> ProxyError:
@@ -104,9 +98,11 @@ class _HTTPUpstream(Upstream):
             headers=headers,
             limits=httpx.Limits(max_connections=512, max_keepalive_connections=128),
         )
+        self.chat = ChatEndpoint(base_url, timeout, api_key)
 
     async def aclose(self) -> None:
         await self._client.aclose()
+        await self.chat.aclose()
 
 
 KEEPALIVE_S = 4.0  # idle pooled connections are closed after this
@@ -128,6 +124,7 @@ class CompletionsUpstream(Upstream):
         self._timeout = aiohttp.ClientTimeout(total=timeout, sock_connect=10.0)
         self._headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
         self._session: aiohttp.ClientSession | None = None
+        self.chat = ChatEndpoint(base_url, timeout, api_key)
 
     def _client(self) -> aiohttp.ClientSession:
         if self._session is None:
@@ -143,6 +140,7 @@ class CompletionsUpstream(Upstream):
     async def aclose(self) -> None:
         if self._session is not None:
             await self._session.close()
+        await self.chat.aclose()
 
     async def _post(self, body: dict[str, Any]) -> aiohttp.ClientResponse:
         """Send the request; a pooled connection the upstream closed meanwhile (the request
@@ -172,7 +170,7 @@ class CompletionsUpstream(Upstream):
         try:
             async with await self._post(body) as resp:
                 if resp.status >= 400:
-                    raise _upstream_error(
+                    raise upstream_error(
                         resp.status, await resp.text(), resp.headers.get("retry-after")
                     )
                 pending = b""

@@ -4,6 +4,10 @@ The prompt is stored in delta form when it extends an earlier call of the same t
 ``prompt_ref_tokens`` tokens of that call's prompt + completion, then ``prompt_token_ids`` (the
 new suffix). Without a reference, ``prompt_token_ids`` is the whole prompt. The request body's
 history list is stored the same way. ``schemas.delta`` builds and resolves both forms.
+
+v2 adds ``image_ids``: the content hash (SHA-256 of the bytes) of each image in the prompt, in
+order; the bytes are stored once beside the event log (:mod:`infra.image_store`), and a
+recorded body names them by ``openforge-image:sha256:HEX`` in place of the data.
 """
 
 from __future__ import annotations
@@ -96,7 +100,8 @@ class CompletionEvent:
     request_body: str | None = None  # JSON; history replaced by its suffix when a ref is set
     response_body: str | None = None  # JSON as returned to the harness (streams: assembled)
     redacted: bool = False  # bodies left out, or secrets redacted in its text (never token ids)
-    schema_version: int = 1
+    image_ids: list[str] = field(default_factory=list)  # SHA-256 of each image in the prompt
+    schema_version: int = 2
 
     SCHEMA_NAME = "completion"
 
@@ -169,5 +174,6 @@ COMPLETION_SCHEMA = pa.schema(
         pa.field("request_body", pa.large_string()),
         pa.field("response_body", pa.large_string()),
         pa.field("redacted", pa.bool_(), nullable=False),
+        pa.field("image_ids", pa.list_(pa.string()), nullable=False),  # v2
     ]
 )

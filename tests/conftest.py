@@ -24,8 +24,9 @@ from infra.local.kafka import KafkaBroker
 from infra.local.kube import LocalKube
 from infra.local.process import kill_tagged, leftover_processes
 from infra.local.vllm import VLLMServer
-from infra.paths import default_tiny_dir
+from infra.paths import cache_dir, default_tiny_dir
 from infra.tiny_model import TinyModelSpec, build_tiny_model
+from infra.tiny_vlm import build_tiny_vlm
 
 TINY_SEED = 0
 
@@ -46,15 +47,27 @@ REAL_NODE_MODULES = frozenset({
 })  # fmt: skip
 
 
+# Test modules that serve the tiny VLM (one worker starts its vLLM server for all of them).
+VLM_MODULES = frozenset({
+    "tests/infra/test_tiny_vlm.py",
+    "tests/proxy/test_images_engine.py",
+    "tests/orchestrator/test_web_tasks_vlm.py",
+})  # fmt: skip
+
+
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
-    """xdist's scope scheduling with one scope for :data:`REAL_NODE_MODULES` and one per test
-    elsewhere (xdist's own ``loadgroup`` cannot group under pytest 9: it renames a private
-    attribute pytest 9 no longer reads). The largest scope is sent first."""
+    """xdist's scope scheduling with one scope for :data:`REAL_NODE_MODULES`, one for
+    :data:`VLM_MODULES` and one per test elsewhere (xdist's own ``loadgroup`` cannot group
+    under pytest 9: it renames a private attribute pytest 9 no longer reads). The largest
+    scope is sent first."""
     from xdist.scheduler import LoadScopeScheduling
 
     class RealNodeTogether(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            return "real-node" if nodeid.split("::", 1)[0] in REAL_NODE_MODULES else nodeid
+            module = nodeid.split("::", 1)[0]
+            if module in REAL_NODE_MODULES:
+                return "real-node"
+            return "vlm" if module in VLM_MODULES else nodeid
 
     return RealNodeTogether(config, log)
 
@@ -92,6 +105,22 @@ def real_kube() -> Iterator[LocalKube]:
 @pytest.fixture(scope="session")
 def vllm_server(tiny_model_dir: Path) -> Iterator[VLLMServer]:
     with VLLMServer(tiny_model_dir, served_model_name="tiny") as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def tiny_vlm_dir(tiny_model_dir: Path) -> Path:
+    """The tiny VLM over the tiny model's tokenizer, built once (cached under the cache dir)."""
+    return build_tiny_vlm(cache_dir() / "models" / f"tiny-vlm-seed{TINY_SEED}", tiny_model_dir)
+
+
+@pytest.fixture(scope="session")
+def vlm_server(tiny_vlm_dir: Path) -> Iterator[VLLMServer]:
+    """vLLM on CPU serving the tiny VLM, up to eight images a prompt."""
+    extra = ["--limit-mm-per-prompt", '{"image": 8}']
+    with VLLMServer(
+        tiny_vlm_dir, served_model_name="tiny-vlm", enable_lora=False, extra_args=extra
+    ) as server:
         yield server
 
 

@@ -1,13 +1,13 @@
 """The suite's own arrangement: every module that starts a real kubelet node is in the one
 unit of work that one xdist worker runs (tests/conftest.py), and that list names no module
-that does not exist."""
+that does not exist; likewise the modules that serve the tiny VLM."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
 
-from tests.conftest import REAL_NODE_MODULES
+from tests.conftest import REAL_NODE_MODULES, VLM_MODULES
 
 ROOT = Path(__file__).resolve().parents[1]
 # What starts a real node: the module fixture, LocalKube's argument, the train config's backend,
@@ -27,3 +27,12 @@ def test_every_module_that_starts_a_real_node_runs_in_the_real_node_unit() -> No
     assert starting == REAL_NODE_MODULES, sorted(starting ^ REAL_NODE_MODULES)
     assert "services up --kube" in (ROOT / "README.md").read_text()
     assert all((ROOT / m).is_file() for m in REAL_NODE_MODULES)
+
+
+def test_every_module_that_serves_the_tiny_vlm_runs_in_the_vlm_unit() -> None:
+    serving = {
+        p.relative_to(ROOT).as_posix()
+        for p in (ROOT / "tests").rglob("test_*.py")
+        if p.name != "test_suite.py" and re.search(r"\bvlm_server\b", p.read_text())
+    }
+    assert serving == VLM_MODULES, sorted(serving ^ VLM_MODULES)

@@ -92,6 +92,14 @@ def proxy(
             help="Leave request/response bodies out of the records (token ids stay: see README)."
         ),
     ] = False,
+    image_dir: Annotated[
+        Path | None,
+        typer.Option(
+            help="Where the images in calls are stored by content hash (default: 'images' in "
+            "a local log's directory, else beside the spool); proxies of one Kafka log share it.",
+            resolve_path=True,
+        ),
+    ] = None,
     redaction: Annotated[
         RedactionMode, typer.Option(help="Secrets in recorded text: mask or off.")
     ] = RedactionMode.MASK,
@@ -182,6 +190,7 @@ def proxy(
         session_idle_timeout=session_idle,
         session_client_header=session_client_header,
         record_bodies=not no_bodies,
+        image_dir=image_dir,
         max_concurrency=max_concurrency,
         policy_version=policy_version,
         pause_mode=pause_mode,

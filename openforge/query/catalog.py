@@ -49,7 +49,8 @@ COMPLETIONS = View(
         {_VERSIONS.format(spans="policy_versions")} AS policy_versions,
         finish_reason, usage.prompt_tokens AS usage_prompt_tokens,
         usage.completion_tokens AS usage_completion_tokens,
-        usage.cached_tokens AS usage_cached_tokens, error, redacted, schema_version, date
+        usage.cached_tokens AS usage_cached_tokens, error, redacted,
+        coalesce(image_ids, []) AS image_ids, schema_version, date
     FROM {_COMPLETIONS}
     """,
     (
@@ -103,6 +104,10 @@ COMPLETIONS = View(
         (
             "redacted",
             "bodies left out (--no-bodies) or secrets redacted in its text (never token ids)",
+        ),
+        (
+            "image_ids",
+            "SHA-256 of each image in the prompt, in order (the bytes: the proxy's --image-dir)",
         ),
         ("schema_version", "the record's schema version"),
         ("date", "archive partition: the UTC date of received_us"),

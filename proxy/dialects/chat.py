@@ -6,12 +6,12 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from proxy.canonical import CallRequest, Generation, Message, ToolCall, text_of
+from proxy import images
+from proxy.canonical import CallRequest, Generation, Message, ToolCall
 from proxy.dialects import openai_common
 from proxy.dialects.base import ResponseMeta, sse
 from proxy.dialects.fields import number, require, sampling_from
 from proxy.errors import ProxyError
-from proxy.images import refuse_images
 from schemas.enums import Dialect
 
 ROLES = {"system", "developer", "user", "assistant", "tool"}
@@ -25,10 +25,9 @@ def _message(raw: Any, i: int) -> Message:
         f"messages[{i}].role must be one of {sorted(ROLES)}",
         "messages",
     )
-    refuse_images(raw.get("content"), f"messages[{i}].content", "messages")
     out: Message = {
         "role": "system" if role == "developer" else role,
-        "content": text_of(raw.get("content")),
+        "content": images.content(raw.get("content"), f"messages[{i}].content", "messages"),
     }
     if role == "assistant" and raw.get("tool_calls"):
         calls = raw["tool_calls"]

@@ -3,7 +3,7 @@
 ``tool_use`` blocks map onto canonical tool calls (arguments = the input as JSON text),
 ``tool_result`` blocks onto tool messages, ``system`` onto a system message. ``thinking`` blocks
 carry no tokens we render here and are skipped (they stay in the recorded body); image blocks
-are refused (:mod:`proxy.images`).
+become image parts (:mod:`proxy.images`).
 """
 
 from __future__ import annotations
@@ -12,11 +12,11 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from proxy import images
 from proxy.canonical import CallRequest, Generation, Message, ToolCall, text_of
 from proxy.dialects.base import ResponseMeta, error_type, sse
 from proxy.dialects.fields import number, require, sampling_from
 from proxy.errors import ProxyError
-from proxy.images import refuse_images
 from schemas.enums import Dialect
 
 # HTTP status -> Anthropic error type
@@ -61,8 +61,10 @@ def _messages(raw: list[Any]) -> list[Message]:
             "messages",
         )
         blocks = _blocks(message.get("content"), i)
-        refuse_images(blocks, f"messages[{i}].content", "messages")
-        text = "".join(b.get("text", "") for b in blocks if b["type"] == "text")
+        where = f"messages[{i}].content"
+        text = images.content(
+            [b for b in blocks if b["type"] in ("text", *images.IMAGE_PARTS)], where, "messages"
+        )
         if message["role"] == "system":  # mid-conversation context (Claude Code sends these)
             out.append({"role": "system", "content": text})
             continue
@@ -83,13 +85,15 @@ def _messages(raw: list[Any]) -> list[Message]:
                 ]
             out.append(msg)
             continue
-        for block in blocks:
+        for n, block in enumerate(blocks):
             if block["type"] == "tool_result":
                 out.append(
                     {
                         "role": "tool",
                         "tool_call_id": str(block.get("tool_use_id", "")),
-                        "content": text_of(block.get("content")),
+                        "content": images.content(
+                            block.get("content"), f"{where}[{n}].content", "messages"
+                        ),
                     }
                 )
         if text or not any(b["type"] == "tool_result" for b in blocks):

@@ -12,12 +12,12 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from proxy.canonical import CallRequest, Generation, Message, ToolCall, text_of
+from proxy import images
+from proxy.canonical import CallRequest, Generation, Message, ToolCall
 from proxy.dialects import openai_common
 from proxy.dialects.base import ResponseMeta, new_id, sse
 from proxy.dialects.fields import require, sampling_from
 from proxy.errors import ProxyError
-from proxy.images import refuse_images
 from schemas.enums import Dialect
 
 CUSTOM_PARAMS = {
@@ -33,10 +33,6 @@ def _add_call(messages: list[Message], call: dict[str, Any]) -> None:
     messages[-1].setdefault("tool_calls", []).append(call)
 
 
-def _output_text(output: Any) -> str:
-    return output if isinstance(output, str) else text_of(output)
-
-
 def _messages(items: list[Any]) -> list[Message]:
     messages: list[Message] = []
     for i, item in enumerate(items):
@@ -50,8 +46,8 @@ def _messages(items: list[Any]) -> list[Message]:
                 "input",
             )
             role = "system" if role == "developer" else role
-            refuse_images(item.get("content"), f"input[{i}].content", "input")
-            messages.append({"role": role, "content": text_of(item.get("content"))})
+            value = images.content(item.get("content"), f"input[{i}].content", "input")
+            messages.append({"role": role, "content": value})
         elif kind == "function_call":
             require(
                 isinstance(item.get("name"), str), f"input[{i}] function_call needs a name", "input"
@@ -77,12 +73,14 @@ def _messages(items: list[Any]) -> list[Message]:
                 },
             )
         elif kind in ("function_call_output", "custom_tool_call_output"):
-            refuse_images(item.get("output"), f"input[{i}].output", "input")
+            output = item.get("output")
             messages.append(
                 {
                     "role": "tool",
                     "tool_call_id": str(item.get("call_id", "")),
-                    "content": _output_text(item.get("output")),
+                    "content": output
+                    if isinstance(output, str)
+                    else images.content(output, f"input[{i}].output", "input"),
                 }
             )
     return messages

@@ -38,9 +38,12 @@ def _chat(server: VLLMServer, content: Any) -> dict[str, Any]:
     return answer
 
 
-def test_vllm_serves_the_tiny_vlm_an_image_on_cpu(tiny_model_dir: Path, tmp_path: Path) -> None:
-    model = build_tiny_vlm(tmp_path / "tiny-vlm", text_dir=tiny_model_dir)
-    assert build_tiny_vlm(tmp_path / "tiny-vlm", text_dir=tiny_model_dir) == model  # reused
+def test_vllm_serves_the_tiny_vlm_an_image_on_cpu(
+    vlm_server: VLLMServer, tiny_vlm_dir: Path, tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    model = tiny_vlm_dir
+    assert build_tiny_vlm(model, text_dir=tiny_model_dir) == model  # reused, not rebuilt
+    assert (model / "processor_config.json").is_file()
     with Browser.launch(str(tmp_path), chromium=str(chromium_binary())) as browser:
         browser.page.evaluate("document.body.innerHTML = '<h1>Newsletter</h1><button>Go</button>'")
         png = browser.page.screenshot()
@@ -48,10 +51,8 @@ def test_vllm_serves_the_tiny_vlm_an_image_on_cpu(tiny_model_dir: Path, tmp_path
     image = {"type": "image_url", "image_url": {"url": url}}
     tokenizer = AutoTokenizer.from_pretrained(str(model))
     image_id = tokenizer.convert_tokens_to_ids("<image>")
-    extra = ["--limit-mm-per-prompt", '{"image": 2}']
-    with VLLMServer(model, max_model_len=2048, enable_lora=False, extra_args=extra) as server:
-        seen = _chat(server, [{"type": "text", "text": "What is on the page?"}, image])
-        text = _chat(server, "What is on the page?")
+    seen = _chat(vlm_server, [{"type": "text", "text": "What is on the page?"}, image])
+    text = _chat(vlm_server, "What is on the page?")
     prompt = seen["prompt_token_ids"]
     assert prompt.count(image_id) == TinyVLMSpec().image_seq_len  # the image, as the engine saw it
     assert image_id not in text["prompt_token_ids"]

@@ -6,7 +6,8 @@ Messages dialects, and reaches nothing but the proxy and the task's own app.
 
 The model that picks the browser harness's actions here is a scripted policy (the harness
 issue's allowance: the harness, Chromium, the app, the proxy and the verifier are real); the
-last test runs the same harness with the real tiny model on vLLM.
+last test runs the same harness with the real tiny model on vLLM (and on screenshots with the
+tiny VLM: tests/orchestrator/test_web_tasks_vlm.py).
 """
 
 from __future__ import annotations
@@ -147,24 +148,3 @@ def test_the_browser_agent_runs_on_the_real_tiny_model(
     tokenizer = AutoTokenizer.from_pretrained(str(tiny_model_dir))
     prompt = tokenizer.decode(events[0].prompt_token_ids)
     assert '[1] combobox "Theme" value="Light"' in prompt and '"name": "click"' in prompt
-
-
-def test_a_screenshot_observation_is_refused_by_the_proxy_and_the_agent_says_so(
-    tiny_model_dir: Path, tmp_path: Path
-) -> None:
-    """The proxy has no image path to the engine (proxy/images.py): the browser agent showing
-    screenshots is told so in its dialect at its first call, and stops with that error."""
-    task = load_task(WEB / "newsletter-signup")
-    script = Script("done", {"answer": "never reached"})
-    with (
-        serving(ScriptedPolicy(tiny_model_dir, script)) as url,
-        job(tmp_path, Browser(observation="both"), tiny_model_dir, upstream=url) as j,
-    ):
-        (record,) = j.run([task])
-    root = j.out / "rollouts" / record.rollout_id
-    lines = [json.loads(x) for x in (root / "agent.out").read_text().splitlines() if x.strip()]
-    errors = [x["message"] for x in lines if x["type"] == "error"]
-    assert len(errors) == 1 and "HTTP 400" in errors[0], lines
-    assert "messages[1].content[1] is an image" in errors[0] and "images_not_supported" in errors[0]
-    assert lines[-1]["stop"] == "error" and record.agent_phase == "failed"
-    assert record.status is Status.VERIFIED and record.reward == 0.0

@@ -6,6 +6,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from proxy.canonical import CallRequest, Generation, ToolCall
 from proxy.continuity import ContinuityTracker
@@ -142,3 +144,39 @@ def test_failed_turn_with_rewritten_prompt_before_trailing_context_is_a_retry(
     _answer(renderer, tracker, _req([SYS, USER, context]), "e0")
     other = tracker.plan(_req([SYS, rewritten, context]), renderer)
     assert other.continuity is not ContinuityClass.RETRY and other.retry_of is None
+
+
+IMAGE = {"type": "image", "media_type": "image/png", "data": "AA==", "sha256": "0" * 64}
+
+
+@settings(max_examples=100)
+@given(
+    st.lists(st.integers(0, 50), min_size=1, max_size=6),
+    st.lists(st.integers(0, 50), max_size=4),
+    st.lists(st.integers(0, 50), max_size=4),
+    st.booleans(),
+)
+def test_an_engine_rendered_call_is_exact_only_if_its_ids_extend_the_thread(
+    renderer: Renderer, first: list[int], completion: list[int], new: list[int], drift: bool
+) -> None:
+    """A call with an image: planned from its messages (no ids yet, nothing rendered here);
+    the engine's prompt ids decide EXACT (they extend the previous prompt and completion) or
+    REWRITTEN (the engine tokenized the history otherwise)."""
+    tracker = ContinuityTracker("r")
+    user = {"role": "user", "content": [{"type": "text", "text": "the page:"}, IMAGE]}
+    req = _req([SYS, user])
+    plan = tracker.plan(req, renderer)
+    assert plan.engine and plan.prompt_ids == [] and plan.continuity is ContinuityClass.FIRST
+    plan.settle_engine_prompt(first)
+    gen = Generation(token_ids=completion or [7], content="ok")
+    tracker.commit(plan, "e0", req, gen, CompletionStatus.OK)
+    history = [SYS, user, gen.assistant_message(), {"role": "user", "content": [IMAGE]}]
+    second = tracker.plan(_req(history), renderer)
+    assert second.engine and second.continuity is ContinuityClass.EXACT
+    engine_ids = [*first, *gen.token_ids, *new]
+    if drift:
+        engine_ids[len(first) + len(gen.token_ids) - 1] += 1  # a generated token re-tokenized
+    second.settle_engine_prompt(engine_ids)
+    assert second.prompt_ids == engine_ids
+    expected = ContinuityClass.REWRITTEN if drift else ContinuityClass.EXACT
+    assert second.continuity is expected

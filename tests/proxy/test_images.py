@@ -1,13 +1,18 @@
-"""Images in a call, in each dialect's own shape, sent with the official SDKs: the proxy has no
-image path to the engine, so each is refused with a 400 in the caller's dialect that says where
-the image is and what to send instead, nothing of it is recorded, and the same conversation as
-text is answered and recorded. The shapes are the browser agent's (infra/harnesses/
-browser_main.py): a screenshot in a Chat user message, in an Anthropic tool result; and
-Responses' ``input_image``."""
+"""Image parts that cannot be answered, in each dialect's own shape, sent with the official SDKs:
+an image by URL (the proxy fetches none), data that is not base64, a media type that is not an
+image the engine takes. Each is a 400 in the caller's dialect naming where the image is and what
+to send instead, before the call is numbered: nothing is recorded. And the parsing itself, as
+properties: any mix of text and image parts keeps its images in order and its text; a recorded
+body refers to each image by its hash and gives the original back from the store.
+
+(Images that can be answered go to the engine: tests/proxy/test_images_engine.py.)"""
 
 from __future__ import annotations
 
 import base64
+import itertools
+import json
+import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +24,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from infra.image_store import REF_PREFIX, ImageStore, digest
 from openforge.testing import fast_upstream
 from openforge.testing.proxy import (
     RunningProxy,
@@ -28,11 +34,11 @@ from openforge.testing.proxy import (
     running_proxy,
     serve_in_thread,
 )
+from proxy.canonical import text_of
 from proxy.errors import ProxyError
-from proxy.images import find_image, refuse_images
+from proxy.images import content, image_ids, recorded_body
 
 PNG = base64.b64encode(b"\x89PNG\r\n\x1a\n" + bytes(64)).decode()
-DATA_URL = f"data:image/png;base64,{PNG}"
 
 
 @pytest.fixture(scope="module")
@@ -48,43 +54,35 @@ def _rollout(proxy: RunningProxy) -> tuple[str, str]:
     return rid, f"{proxy.url}/rollout/{rid}"
 
 
-def test_chat_an_image_url_is_refused_in_the_dialect_and_text_is_answered(
-    proxy: RunningProxy,
-) -> None:
+def test_chat_an_image_by_url_is_refused_in_the_dialect(proxy: RunningProxy) -> None:
     rid, base = _rollout(proxy)
     client = openai.OpenAI(base_url=base + "/v1", api_key="k", max_retries=0)
     parts: Any = [
         {"type": "text", "text": "The page now:"},
-        {"type": "image_url", "image_url": {"url": DATA_URL}},
+        {"type": "image_url", "image_url": {"url": "http://169.254.169.254/shot.png"}},
     ]
     with pytest.raises(openai.BadRequestError) as caught:
         client.chat.completions.create(
             model="m", max_tokens=4, messages=[{"role": "user", "content": parts}]
         )
     error = caught.value.body
-    assert isinstance(error, dict) and error["code"] == "images_not_supported"
-    assert error["param"] == "messages" and "messages[0].content[1] is an image" in error["message"]
-    assert "--observation text" in error["message"]
-    answer = client.chat.completions.create(
-        model="m", max_tokens=4, messages=[{"role": "user", "content": "The page now: text"}]
-    )
-    assert answer.choices[0].message is not None
+    assert isinstance(error, dict) and error["code"] == "image_url_not_supported"
+    assert error["param"] == "messages" and "messages[0].content[1]" in error["message"]
+    assert "base64 data URL" in error["message"]
     proxy.flush()
-    assert [e.call_index for e in completions_of(read_events(proxy.config.log_url), rid)] == [0]
+    assert completions_of(read_events(proxy.config.log_url), rid) == []
 
 
-def test_messages_an_image_in_a_tool_result_is_refused_in_the_dialect(
+def test_messages_undecodable_image_data_in_a_tool_result_is_refused(
     proxy: RunningProxy,
 ) -> None:
     rid, base = _rollout(proxy)
     client = anthropic.Anthropic(base_url=base, api_key="k", max_retries=0)
+    source = {"type": "base64", "media_type": "image/png", "data": "not base64!"}
     result: Any = {
         "type": "tool_result",
         "tool_use_id": "t1",
-        "content": [
-            {"type": "text", "text": "ok"},
-            {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": PNG}},
-        ],
+        "content": [{"type": "text", "text": "ok"}, {"type": "image", "source": source}],
     }
     history: Any = [
         {"role": "user", "content": "Subscribe."},
@@ -98,44 +96,112 @@ def test_messages_an_image_in_a_tool_result_is_refused_in_the_dialect(
         client.messages.create(model="m", max_tokens=4, messages=history)
     body = caught.value.body
     assert isinstance(body, dict) and body["type"] == "error"
-    assert "messages[2].content[0].content[1] is an image" in body["error"]["message"]
+    message = body["error"]["message"]
+    assert "messages[2].content[0].content[1] is not valid base64 image data" in message
     proxy.flush()
     assert completions_of(read_events(proxy.config.log_url), rid) == []
 
 
-def test_responses_an_input_image_is_refused_in_the_dialect(proxy: RunningProxy) -> None:
+def test_responses_an_image_of_another_media_type_is_refused(proxy: RunningProxy) -> None:
     _, base = _rollout(proxy)
     client = openai.OpenAI(base_url=base + "/v1", api_key="k", max_retries=0)
-    content: Any = [
+    svg = "data:image/svg+xml;base64," + base64.b64encode(b"<svg/>").decode()
+    parts: Any = [
         {"type": "input_text", "text": "What is on the page?"},
-        {"type": "input_image", "image_url": DATA_URL},
+        {"type": "input_image", "image_url": svg},
     ]
     with pytest.raises(openai.BadRequestError) as caught:
         client.responses.create(
-            model="m", max_output_tokens=4, input=[{"role": "user", "content": content}]
+            model="m", max_output_tokens=4, input=[{"role": "user", "content": parts}]
         )
     error = caught.value.body
     assert isinstance(error, dict) and error["param"] == "input"
-    assert "input[0].content[1] is an image" in error["message"]
+    assert error["code"] == "invalid_image" and "image/svg+xml" in error["message"]
+    assert "input[0].content[1]" in error["message"]
 
 
-parts = st.recursive(
-    st.fixed_dictionaries({"type": st.sampled_from(["text", "input_text", "tool_result", "x"])}),
-    lambda inner: st.fixed_dictionaries(
-        {"type": st.sampled_from(["tool_result", "text"]), "content": st.lists(inner, max_size=3)}
-    ),
-    max_leaves=10,
+# --- properties of the parsing ----------------------------------------------------------------
+
+pixels = st.binary(min_size=1, max_size=64)
+text_part = st.builds(
+    lambda kind, text: {"type": kind, "text": text},
+    st.sampled_from(["text", "input_text"]),
+    st.text(max_size=8),
 )
 
 
-@settings(max_examples=200, deadline=None)
-@given(st.lists(parts, max_size=4), st.sampled_from(["image_url", "input_image", "image"]))
-def test_an_image_anywhere_in_the_parts_is_found_and_nothing_else_is(
-    content: list[Any], kind: str
-) -> None:
-    assert find_image(content, "c") is None
-    refuse_images(content, "c", "messages")  # no image: nothing raised
-    nested = [*content, {"type": "tool_result", "content": [{"type": kind}]}]
-    assert find_image(nested, "c") == f"c[{len(content)}].content[0]"
-    with pytest.raises(ProxyError, match=r"is an image"):
-        refuse_images(nested, "c", "messages")
+def _image(kind: str, data: bytes) -> dict[str, Any]:
+    payload = base64.b64encode(data).decode()
+    url = f"data:image/png;base64,{payload}"
+    if kind == "image_url":
+        return {"type": "image_url", "image_url": {"url": url, "detail": "low"}}
+    if kind == "input_image":
+        return {"type": "input_image", "image_url": url}
+    return {
+        "type": "image",
+        "source": {"type": "base64", "media_type": "image/png", "data": payload},
+    }
+
+
+image_part = st.builds(_image, st.sampled_from(["image_url", "input_image", "image"]), pixels)
+
+
+@settings(max_examples=200)
+@given(st.lists(st.one_of(text_part, image_part), max_size=6))
+def test_content_keeps_the_images_in_order_and_the_text(parts: list[dict[str, Any]]) -> None:
+    out = content(parts, "c", "messages")
+    expected = [digest(base64.b64decode(_payload(p))) for p in parts if "text" not in p]
+    if not expected:
+        assert out == text_of(parts)  # no image: a string, as before
+        return
+    assert isinstance(out, list)
+    assert image_ids([{"role": "user", "content": out}]) == expected
+    assert "".join(p.get("text", "") for p in out) == text_of(parts)
+    assert all(a["type"] != "text" or b["type"] != "text" for a, b in itertools.pairwise(out))
+
+
+def _payload(part: dict[str, Any]) -> str:
+    if part["type"] == "image":
+        return str(part["source"]["data"])
+    url = part["image_url"]
+    return str((url["url"] if isinstance(url, dict) else url).split(",", 1)[1])
+
+
+body_strategy = st.recursive(
+    st.one_of(image_part, text_part, st.text(max_size=6)),
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3),
+        st.fixed_dictionaries({"role": st.just("user"), "content": st.lists(inner, max_size=3)}),
+    ),
+    max_leaves=8,
+)
+
+
+@settings(max_examples=150)
+@given(body_strategy)
+def test_a_recorded_body_refers_to_its_images_and_resolves_back(body: Any) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        store = ImageStore(Path(tmp))
+        recorded = recorded_body(body, store)
+        text = json.dumps(recorded)
+        assert "base64," not in text and not _has_payload(recorded)
+        assert store.resolve(recorded) == body
+
+
+def _has_payload(body: Any) -> bool:
+    """Image data left in a recorded body (Messages' ``data`` that is not a reference)."""
+    if isinstance(body, list):
+        return any(_has_payload(x) for x in body)
+    if isinstance(body, dict):
+        data = body.get("data")
+        if isinstance(data, str) and not data.startswith(REF_PREFIX):
+            return True
+        return any(_has_payload(v) for v in body.values())
+    return False
+
+
+def test_an_image_part_error_is_a_proxy_error_with_its_place() -> None:
+    with pytest.raises(ProxyError, match=r"c\[0\] is an image by URL"):
+        content([{"type": "input_image", "image_url": "https://x/y.png"}], "c", "input")
+    with pytest.raises(ProxyError, match=r"c\[1\] is an image without inline data"):
+        content([{"type": "text", "text": "a"}, {"type": "input_image", "file_id": "f"}], "c", "i")

@@ -56,6 +56,7 @@ RECORDS: list[Record] = [
         usage=Usage(3, 2),
         request_body='{"input":[]}',
         response_body='{"output":[]}',
+        schema_version=1,
     ),
     CompletionEvent(
         "c-2",
@@ -77,6 +78,7 @@ RECORDS: list[Record] = [
         request_history_ref="c-1",
         request_history_prefix=0,
         redacted=True,
+        schema_version=1,
     ),
     RewardEvent(
         "rw-1",
