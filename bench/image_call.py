@@ -53,6 +53,7 @@ SYSTEM = "You operate a web browser."
 def screenshots(n: int, work: Path) -> list[bytes]:
     """``n`` screenshots of a page that changes each time."""
     shots = []
+    work.mkdir(parents=True, exist_ok=True)
     with Browser.launch(str(work), chromium=str(chromium_binary())) as browser:
         for i in range(n):
             html = f"<h1>Step {i}</h1><p>{'Order summary. ' * (i + 3)}</p><button>Next</button>"
@@ -72,8 +73,10 @@ def _image_message(png: bytes) -> dict[str, Any]:
     }
 
 
-def _post(client: httpx.Client, url: str, messages: list[dict[str, Any]]) -> float:
-    body = {"model": "m", "messages": messages, "max_tokens": 1, "temperature": 0.0}
+def _post(
+    client: httpx.Client, url: str, messages: list[dict[str, Any]], model: str = "m"
+) -> float:
+    body = {"model": model, "messages": messages, "max_tokens": 1, "temperature": 0.0}
     start = time.perf_counter()
     resp = client.post(url, json=body, timeout=300)
     resp.raise_for_status()
@@ -93,14 +96,15 @@ def _text_like(tokenizer: Any, image_prompt: int, renders: Any) -> list[dict[str
             assert n == image_prompt, (n, image_prompt)
             return messages
         words += 1
+        assert words < 10 * image_prompt, "the text prompt does not grow with its words"
 
 
 def latency(server: VLLMServer, model: Path, png: bytes, calls: int, root: Path) -> dict[str, Any]:
     tokenizer = AutoTokenizer.from_pretrained(str(model))
 
     def renders(messages: list[dict[str, Any]]) -> list[int]:
-        out = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
-        return list(out["input_ids"] if isinstance(out, dict) else out)
+        text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        return list(tokenizer.encode(text, add_special_tokens=False))
 
     image = [{"role": "system", "content": SYSTEM}, _image_message(png)]
     config = proxy_config(server.base_url, root, auto_register=True)
@@ -112,12 +116,13 @@ def latency(server: VLLMServer, model: Path, png: bytes, calls: int, root: Path)
         p.flush()
         (warm,) = completions_of(read_events(config.log_url, group="warm"), "warm")
         text = _text_like(tokenizer, warm.prompt_length, renders)
-        _post(client, direct, text)
+        name = server.served_model_name
+        _post(client, direct, text, name)
         for i in range(calls):
             for kind, messages in (("image", image), ("text", text)):
                 url = f"{p.url}/rollout/{kind}-{i}/v1/chat/completions"
                 times[kind].append(_post(client, url, messages))
-                engine[kind].append(_post(client, direct, messages))
+                engine[kind].append(_post(client, direct, messages, name))
         p.flush()
         events = read_events(config.log_url, group="bench", want=2 * calls + 1)
     image_token = tokenizer.convert_tokens_to_ids("<image>")
