@@ -339,3 +339,37 @@ def timeline(
     )
     body += _legend(list(TIMELINE_KINDS), axis_y + 34)
     return _svg(name, title, axis_y + 42, body, marks)
+
+
+THUMB_W, THUMB_H, CAPTION_H = 200, 150, 30  # a screenshot in the gallery, and its caption
+
+
+def gallery(name: str, title: str, items: Sequence[tuple[str, str | None]]) -> Chart:
+    """Screenshots in rows of three, each with its caption; an item is (caption, the image as
+    a data URL, or None when its bytes were not stored: a grey box saying so)."""
+    if not items:
+        return no_data(name, title)
+    body, marks, per_row = [], 0, 3
+    for i, (caption, url) in enumerate(items):
+        x = 10 + (i % per_row) * (THUMB_W + 10)
+        y = 6 + (i // per_row) * (THUMB_H + CAPTION_H)
+        if url is None:
+            body.append(
+                f'<rect x="{x}" y="{y}" width="{THUMB_W}" height="{THUMB_H}" fill="#eee"/>'
+                f'<text x="{x + THUMB_W // 2}" y="{y + THUMB_H // 2}" text-anchor="middle" '
+                'font-size="11" fill="#888">image not stored</text>'
+            )
+        else:
+            body.append(
+                f'<image class="mark" x="{x}" y="{y}" width="{THUMB_W}" height="{THUMB_H}" '
+                f'preserveAspectRatio="xMidYMid meet" href="{_t(url)}"><title>{_t(caption)}'
+                "</title></image>"
+            )
+            marks += 1
+        body.append(
+            f'<rect x="{x}" y="{y}" width="{THUMB_W}" height="{THUMB_H}" fill="none" '
+            f'stroke="#ccc"/><text x="{x}" y="{y + THUMB_H + 14}" font-size="10">'
+            f"{_t(caption)[:40]}</text>"
+        )
+    rows = (len(items) + per_row - 1) // per_row
+    return _svg(name, title, 12 + rows * (THUMB_H + CAPTION_H), body, marks)

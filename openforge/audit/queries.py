@@ -237,6 +237,38 @@ QUERIES: tuple[Query, ...] = (
         """,
     ),
     Query(
+        "screenshots",
+        "Screenshots of a rollout's steps",
+        "one row per call that showed the model an image (a browser agent's screenshot): the "
+        "newest image of its prompt (its SHA-256: the proxy's image store has the bytes), how "
+        "many images the prompt held, and the actions the model answered with (tool calls with "
+        "their arguments, read from the recorded response; null: the body was not kept)",
+        """
+        WITH c AS (
+            SELECT rollout_id, task_id, harness, call_index, image_ids, response_body AS body
+            FROM raw.completion WHERE len(coalesce(image_ids, [])) > 0
+            QUALIFY row_number() OVER (PARTITION BY event_id ORDER BY date) = 1
+        )
+        SELECT rollout_id, task_id, harness, call_index,
+            image_ids[len(image_ids)] AS screenshot, len(image_ids) AS images_in_prompt,
+            CASE WHEN body IS NOT NULL AND json_valid(body) THEN array_to_string(list_concat(
+                coalesce(list_transform(
+                    json_extract(body, '$.choices[*].message.tool_calls[*].function'),
+                    lambda f: json_extract_string(f, '$.name') || ' '
+                        || coalesce(json_extract_string(f, '$.arguments'), '')), []),
+                coalesce(list_transform(list_filter(json_extract(body, '$.output[*]'),
+                        lambda o: json_extract_string(o, '$.type') = 'function_call'),
+                    lambda o: json_extract_string(o, '$.name') || ' '
+                        || coalesce(json_extract_string(o, '$.arguments'), '')), []),
+                coalesce(list_transform(list_filter(json_extract(body, '$.content[*]'),
+                        lambda b: json_extract_string(b, '$.type') = 'tool_use'),
+                    lambda b: json_extract_string(b, '$.name') || ' '
+                        || coalesce(CAST(json_extract(b, '$.input') AS VARCHAR), '')), [])
+            ), '; ') END AS actions
+        FROM c ORDER BY rollout_id, call_index
+        """,
+    ),
+    Query(
         "rollouts_without_reward",
         "Rollouts without a reward",
         "one row per rollout that has lifecycle events but no reward event: its last phase and "

@@ -4,13 +4,16 @@ each with one chart (``charts.py``) and the tables it was drawn from. The termin
 
 from __future__ import annotations
 
+import base64
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import duckdb
 
+from infra.image_store import ImageNotFound, ImageStore
 from openforge.audit import charts
 from openforge.audit.cost_queries import COST_QUERIES, PHASES
 from openforge.audit.queries import Result, last_step, run_all
@@ -206,6 +209,40 @@ def _call_sections(r: dict[str, Result]) -> tuple[Section, ...]:
     )  # fmt: skip
 
 
+def _screenshot_section(result: Result, rollout: str | None, images: ImageStore | None) -> Section:
+    """The screenshots of one rollout's steps (``rollout``, else the one with the most), each
+    with the actions the model answered; the images from the proxy's image store."""
+    steps: dict[str, list[tuple[Any, ...]]] = {}
+    for row in result.rows:
+        steps.setdefault(str(row[0]), []).append(row)
+    if rollout is not None and rollout not in steps:
+        shown = ", ".join(sorted(steps)[:5]) or "none"
+        raise ConfigError(
+            f"--rollout {rollout}: no call of that rollout showed an image (rollouts with "
+            f"screenshots: {shown}); pass one of them"
+        )
+    chosen = rollout or max(sorted(steps), key=lambda r: len(steps[r]), default=None)
+    items = []
+    for row in steps.get(chosen or "", []):
+        call, sha, actions = row[3], str(row[4]), row[6]
+        items.append((f"call {call}: {actions or 'no action recorded'}", _data_url(images, sha)))
+    title = f"Screenshots of rollout {chosen}" if chosen else result.query.title
+    doc = result.query.doc + (
+        "" if images is not None else ". No image store was found (pass --image-dir)"
+    )
+    return Section(title, doc, charts.gallery("screenshots", title, items), (result,))
+
+
+def _data_url(images: ImageStore | None, sha: str) -> str | None:
+    if images is None:
+        return None
+    try:
+        data, media_type = images.get(sha)
+    except ImageNotFound:
+        return None
+    return f"data:{media_type};base64,{base64.b64encode(data).decode()}"
+
+
 def _promotion_section(table: Result) -> Section:
     """The promotion gate's checks: the candidate's and the served policy's scores per step."""
     chart = charts.lines(
@@ -239,12 +276,19 @@ def _lineage_sections(r: dict[str, Result], step: int | None) -> tuple[Section, 
     )  # fmt: skip
 
 
-def sections(results: dict[str, Result], step: int | None) -> tuple[Section, ...]:
-    """The report's sections, in page order, from every saved query's result."""
+def sections(
+    results: dict[str, Result],
+    step: int | None,
+    rollout: str | None = None,
+    images: ImageStore | None = None,
+) -> tuple[Section, ...]:
+    """The report's sections, in page order, from every saved query's result (``rollout``:
+    whose screenshots are shown; ``images``: where their bytes are)."""
     return (
         *_reward_sections(results),
         _recovery_section(results["error_recovery"]),
         *_call_sections(results),
+        _screenshot_section(results["screenshots"], rollout, images),
         _promotion_section(results["promotions"]),
         *_lineage_sections(results, step),
         *_cost_sections(results),
@@ -255,7 +299,8 @@ CHART_NAMES: Sequence[str] = (
     "reward_per_step", "reward_by_task", "reward_by_harness", "reward_by_policy_version",
     "error_recovery",
     "continuity_by_harness", "fork_classes_by_harness", "staleness", "is_weights",
-    "latency_by_dialect", "tool_calls", "actions_per_rollout", "promotions", "failures",
+    "latency_by_dialect", "tool_calls", "actions_per_rollout", "screenshots", "promotions",
+    "failures",
     "step_lineage", "cost_per_rollout", "timeline",
 )  # fmt: skip
 """Every chart of the page, in order (each appears once, drawn or "no data")."""
@@ -287,9 +332,21 @@ def open_run(run: Path) -> duckdb.DuckDBPyConnection:
     return connect(RunFiles.of_archive(run) if is_archive_root(run) else RunFiles.of_run(run))
 
 
-def build(run: Path, step: int | None = None) -> Report:
+def image_store(run: Path, image_dir: Path | None = None) -> ImageStore | None:
+    """The images of a run's calls: ``image_dir``, else the run's embedded log's ``images``
+    (where ``openforge train``'s proxy stores them); None if there is none."""
+    if image_dir is not None:
+        return ImageStore(image_dir)
+    default = run / "log" / "images"
+    return ImageStore(default) if default.is_dir() else None
+
+
+def build(
+    run: Path, step: int | None = None, rollout: str | None = None, image_dir: Path | None = None
+) -> Report:
     """The audit of the run directory (or archive root) ``run``; ``step``: the step whose lineage
-    is shown (default: the last)."""
+    is shown (default: the last); ``rollout``: whose screenshots are shown (default: the one
+    with the most); ``image_dir``: the proxy's image store (default: the run's)."""
     con = open_run(run)
     last = last_step(con)
     if step is not None and (last is None or not 1 <= step <= last):
@@ -299,4 +356,6 @@ def build(run: Path, step: int | None = None) -> Report:
             + "; pass one of them, or leave --step out for the last"
         )
     chosen = step if step is not None else last
-    return Report(run, chosen, _counts(con), sections(results(con, chosen), chosen))
+    images = image_store(run, image_dir)
+    found = sections(results(con, chosen), chosen, rollout, images)
+    return Report(run, chosen, _counts(con), found)

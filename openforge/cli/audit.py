@@ -30,10 +30,20 @@ def audit(
         int | None, typer.Option(help="The training step whose lineage is shown (default: last).")
     ] = None,
     max_rows: Annotated[int, typer.Option(help="Rows each terminal table shows.")] = 8,
+    rollout: Annotated[
+        str | None,
+        typer.Option(help="The rollout whose screenshots the page shows (default: the most)."),
+    ] = None,
+    image_dir: Annotated[
+        Path | None,
+        typer.Option(
+            help="The proxy's image store (default: the run's log/images).", resolve_path=True
+        ),
+    ] = None,
 ) -> None:
     """Audit a run: reward per step, task, harness and policy version; continuity and fork
-    classes; staleness and IS weights; latency; tool calls; failures; a step's lineage; cost
-    per rollout, utilisation and what bounded the run. With --compare, runs side by side."""
+    classes; staleness and IS weights; latency; tool calls; screenshots of a rollout's steps;
+    failures; a step's lineage; cost per rollout, utilisation and what bounded the run. With --compare, runs side by side."""
     from rich.console import Console
 
     from openforge.audit import html as page
@@ -50,7 +60,7 @@ def audit(
             "`openforge audit --compare RUN_A RUN_B`"
         )
     else:
-        report = build(runs[0], step)
+        report = build(runs[0], step, rollout, image_dir)
     show(report, Console(soft_wrap=True), max_rows)
     if html is not None:
         typer.echo(f"wrote {page.write(report, html)}")

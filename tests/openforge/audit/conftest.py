@@ -7,6 +7,7 @@ query and chart must show. And the page as headless Chromium renders it."""
 from __future__ import annotations
 
 import csv
+import io
 import json
 import subprocess
 from dataclasses import dataclass, replace
@@ -14,7 +15,9 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
+from PIL import Image, ImageDraw
 
+from infra.image_store import ImageStore, digest
 from infra.paths import chromium_binary
 from openforge.testing.rollouts import T0, make_rollout
 from pipeline.assembly import assemble
@@ -82,6 +85,8 @@ def _shape(record: Record, seed: int, task: str, group: str, harness: str) -> Re
     call_id = f"{record.rollout_id}-t{i}"
     text = "exit code: 1\nstderr:\nNo such file or directory" if seed % 2 == 0 else "exit code: 0"
     previous = f"{record.rollout_id}-t{i - 1}"
+    # The chat harness shows the model a screenshot each call (a browser agent's).
+    shots = [screenshot(record.rollout_id, k) for k in range(i + 1)] if harness == "agent" else []
     return replace(
         record,
         task_id=task,
@@ -91,7 +96,25 @@ def _shape(record: Record, seed: int, task: str, group: str, harness: str) -> Re
         policy_versions=[PolicySpan(_version(seed), 0, n)] if n else [],
         response_body=json.dumps(_answer(dialect, call_id)) if i % 2 == 0 else None,
         request_body=json.dumps(_result(dialect, previous, text)) if i % 2 == 1 else None,
+        image_ids=[digest(shot) for shot in shots],
     )
+
+
+def screenshot(rollout_id: str, call: int) -> bytes:
+    """The PNG a call of ``rollout_id`` showed the model: a page with its call number."""
+    image = Image.new("RGB", (160, 120), "white")
+    ImageDraw.Draw(image).text((10, 10), f"{rollout_id} call {call}", fill="black")
+    out = io.BytesIO()
+    image.save(out, format="PNG")
+    return out.getvalue()
+
+
+def _store_screenshots(run: Path, records: list[Record]) -> None:
+    """The images of ``records`` in the run's image store (where the proxy puts them)."""
+    store = ImageStore(run / "log" / "images")
+    for record in records:
+        if isinstance(record, CompletionEvent) and record.image_ids:
+            store.put(screenshot(record.rollout_id, record.call_index), "image/png")
 
 
 def verified_costs(seed: int) -> dict[str, float]:
@@ -140,6 +163,7 @@ def write_run(path: Path) -> SmallRun:
         made = make_rollout(seed, rollout_id, calls=5, with_reward=seed != 5)
         records = [_shape(r, seed, task, group, harness) for r in made.records]
         archive.write(records)
+        _store_screenshots(path, records)
         if seed == 5:
             unrewarded.append(rollout_id)
             continue
@@ -181,13 +205,15 @@ def small_run(tmp_path_factory: pytest.TempPathFactory) -> SmallRun:
 
 
 class Charts(HTMLParser):
-    """The attributes of every ``svg.chart`` of a page, the no-data boxes, external references."""
+    """The attributes of every ``svg.chart`` of a page, the no-data boxes, external references
+    (anything but an in-page anchor or an inline ``data:`` image), and the inline images."""
 
     def __init__(self) -> None:
         super().__init__()
         self.charts: list[dict[str, str | None]] = []
         self.no_data = 0
         self.external: list[str] = []
+        self.images: list[str] = []  # inline data: URLs of <image> and <img> elements
         self.body: dict[str, str | None] = {}
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
@@ -198,8 +224,11 @@ class Charts(HTMLParser):
             self.no_data += 1
         if tag == "body":
             self.body = a
-        if a.get("src") or not (a.get("href") or "#").startswith("#"):
-            self.external.append(str(a.get("src") or a.get("href")))
+        link = a.get("src") or a.get("href") or "#"
+        if tag in ("image", "img") and link.startswith("data:"):
+            self.images.append(link)
+        if not link.startswith(("#", "data:")):  # in-page anchors and inline images only
+            self.external.append(link)
 
 
 def rendered(page: Path, tmp: Path) -> Charts:

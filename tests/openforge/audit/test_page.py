@@ -5,13 +5,18 @@ The command line prints the tables and writes the page, and refuses a step the r
 
 from __future__ import annotations
 
+import base64
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
+
+import pytest
 
 from openforge.audit import html
 from openforge.audit.report import CHART_NAMES, build
-from tests.openforge.audit.conftest import SmallRun, rendered
+from schemas.errors import ConfigError
+from tests.openforge.audit.conftest import SmallRun, rendered, screenshot
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -53,3 +58,29 @@ def test_the_command_prints_tables_writes_the_page_and_refuses_a_missing_step(
     bad = subprocess.run([*cli, "--step", "9"], capture_output=True, text=True, cwd=ROOT)
     assert bad.returncode == 1
     assert "steps 1 to 3" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_the_page_shows_a_chosen_rollouts_screenshots_from_the_image_store(
+    small_run: SmallRun, tmp_path: Path
+) -> None:
+    """The chat harness's rollouts showed a screenshot each call: the page shows the newest
+    image of each call of the chosen rollout (default: the one with the most; ties by id),
+    inline, with the actions the model answered; without the store, each says so."""
+    report = build(small_run.path)
+    (section,) = [s for s in report.sections if s.chart.name == "screenshots"]
+    calls = Counter(row[0] for row in section.tables[0].rows)
+    assert calls == {"ro-2": 5, "ro-5": 8, "ro-8": 8}  # the chat harness's rollouts
+    assert section.title == "Screenshots of rollout ro-5"  # the most calls, first by id
+    default = rendered(html.write(report, tmp_path / "a.html"), tmp_path)
+    assert [base64.b64decode(url.split(",", 1)[1]) for url in default.images] == [
+        screenshot("ro-5", k) for k in range(8)
+    ]
+    chosen = build(small_run.path, rollout="ro-8")
+    (section,) = [s for s in chosen.sections if s.chart.name == "screenshots"]
+    assert section.title == "Screenshots of rollout ro-8" and section.chart.marks == 8
+    assert "call 0: bash {}" in section.chart.svg  # the action answered on that screenshot
+    elsewhere = build(small_run.path, rollout="ro-8", image_dir=tmp_path / "no-store")
+    (missing,) = [s for s in elsewhere.sections if s.chart.name == "screenshots"]
+    assert missing.chart.marks == 0 and missing.chart.svg.count("image not stored") == 8
+    with pytest.raises(ConfigError, match="rollouts with screenshots: ro-2, ro-5, ro-8"):
+        build(small_run.path, rollout="ro-1")
