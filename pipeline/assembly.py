@@ -33,6 +33,7 @@ class _Building:
     logprobs: list[float] = field(default_factory=list)
     spans: list[PolicySpan] = field(default_factory=list)
     events: list[str] = field(default_factory=list)
+    images: list[str] = field(default_factory=list)
     parent: int | None = None
     fork_class: ContinuityClass = ContinuityClass.FIRST
 
@@ -48,6 +49,7 @@ class _Building:
         self.mask += [1] * len(event.completion_token_ids)
         self.logprobs += event.completion_logprobs
         self.events.append(event.event_id)
+        self.images = list(event.image_ids)  # the prompt's images: the earlier ones and new
 
 
 def reward_order(reward: RewardEvent) -> tuple[int, int, str]:
@@ -136,7 +138,17 @@ def assemble(
         episode_id=episode_id_for(rollout_id),
         rollout_id=rollout_id,
         samples=[
-            Sample(i, s.tokens, s.mask, s.logprobs, s.spans, s.parent, s.fork_class, s.events)
+            Sample(
+                i,
+                s.tokens,
+                s.mask,
+                s.logprobs,
+                s.spans,
+                s.parent,
+                s.fork_class,
+                s.events,
+                s.images,
+            )
             for i, s in enumerate(samples)
         ],
         reward=value,
@@ -163,7 +175,7 @@ def _build_samples(completions: list[CompletionEvent]) -> tuple[list[_Building],
     forks: list[Fork] = []
     for event in contributing(completions):
         prompt = prompts[event.event_id]
-        target = _continued(samples, prompt)
+        target = _continued(samples, prompt, event.image_ids)
         if target is None:
             fork = _fork(samples, prompt, event)
             samples.append(_Building(parent=fork.parent_index, fork_class=fork.mismatch))
@@ -173,12 +185,18 @@ def _build_samples(completions: list[CompletionEvent]) -> tuple[list[_Building],
     return samples, forks
 
 
-def _continued(samples: list[_Building], prompt: list[int]) -> int | None:
-    """The sample whose whole token list ``prompt`` starts with (the longest), if any."""
+def _continued(samples: list[_Building], prompt: list[int], images: list[str]) -> int | None:
+    """The sample whose whole token list ``prompt`` starts with (the longest), if any, and
+    whose images the call's start with too (an image's placeholder tokens are the same for any
+    image: another screenshot in their place is another prompt)."""
     target, best = None, -1
     for i, sample in enumerate(samples):
         n = len(sample.tokens)
-        if n > best and prompt[:n] == sample.tokens:
+        if (
+            n > best
+            and prompt[:n] == sample.tokens
+            and images[: len(sample.images)] == sample.images
+        ):
             target, best = i, n
     return target
 

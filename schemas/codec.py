@@ -73,7 +73,7 @@ REGISTRY: dict[str, RecordType] = {
         ),
         RecordType("rollout", 2, RolloutEvent, ROLLOUT_SCHEMA, 4, lambda r: r.at_us),
         RecordType("reward", 3, RewardEvent, REWARD_SCHEMA, 2, lambda r: r.at_us),
-        RecordType("episode", 4, Episode, EPISODE_SCHEMA, 2, lambda r: r.created_us),
+        RecordType("episode", 4, Episode, EPISODE_SCHEMA, 3, lambda r: r.created_us),
         RecordType("step", 5, TrainingStep, STEP_SCHEMA, 1, lambda r: r.at_us),
     )
 }

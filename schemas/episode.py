@@ -30,7 +30,9 @@ class Sample:
 
     ``loss_mask`` is 1 on generated tokens and 0 on prompt and tool tokens;
     ``behavior_logprobs`` holds the engine's logprob on generated tokens and 0.0 elsewhere;
-    ``policy_versions`` covers the generated spans, in sequence positions.
+    ``policy_versions`` covers the generated spans, in sequence positions; ``image_ids`` names
+    the images its tokens hold placeholders for, in order (SHA-256 of the bytes, as in the
+    completion events: :mod:`infra.image_store`), empty for a text-only sample.
     """
 
     index: int
@@ -41,6 +43,7 @@ class Sample:
     parent_index: int | None = None  # the sample this one forked from
     fork_class: ContinuityClass = ContinuityClass.FIRST
     event_ids: list[str] = field(default_factory=list)  # the calls merged into this sample
+    image_ids: list[str] = field(default_factory=list)  # v3: its prompt's images, in order
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,7 +71,7 @@ class Episode:
     forks: list[Fork] = field(default_factory=list)
     lineage: list[str] = field(default_factory=list)  # event ids it was assembled from
     dead_letter: str | None = None  # v2: why the episode is not trainable (e.g. no reward)
-    schema_version: int = 2
+    schema_version: int = 3
 
     SCHEMA_NAME = "episode"
 
@@ -83,6 +86,7 @@ SAMPLE = pa.struct(
         pa.field("parent_index", pa.int32()),
         pa.field("fork_class", pa.string(), nullable=False),
         pa.field("event_ids", pa.list_(pa.string()), nullable=False),
+        pa.field("image_ids", pa.list_(pa.string()), nullable=False),  # added in v3
     ]
 )
 

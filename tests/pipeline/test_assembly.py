@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -81,3 +82,39 @@ def test_the_reward_join_prefers_the_newest_verifier_version_in_any_order() -> N
     for order in ([v2, v1, late], [late, v1, v2]):
         episode = assemble(rollout.rollout_id, [*rollout.records, *order], created_us=0)
         assert episode.reward == 0.5
+
+
+@settings(max_examples=100, deadline=None)
+@given(seed=st.integers(0, 10**6), calls=st.integers(2, 8), swap=st.integers(0, 10**6))
+def test_a_sample_keeps_its_images_and_another_image_in_their_place_forks(
+    seed: int, calls: int, swap: int
+) -> None:
+    """Each call of a browser rollout shows one more screenshot: a sample's images are its last
+    call's. A call whose tokens extend a sample but whose earlier screenshot is another image
+    (the placeholder tokens of any image are the same) does not merge into it."""
+    rollout = make_rollout(seed, calls=calls)
+    shots = [f"{k:064x}" for k in range(2 * calls + 2)]  # call indices count retries too
+    records = [
+        replace(r, image_ids=shots[: r.call_index + 1]) if isinstance(r, CompletionEvent) else r
+        for r in rollout.records
+    ]
+    episode = assemble(rollout.rollout_id, records, created_us=0)
+    assert [s.token_ids for s in episode.samples] == [s.tokens for s in rollout.samples]
+    last = {e.event_id: e.image_ids for e in records if isinstance(e, CompletionEvent)}
+    assert all(s.image_ids == last[s.event_ids[-1]] for s in episode.samples)
+    # Another image in the place of an earlier screenshot: the extending call forks off.
+    merged = next((s for s in episode.samples if len(s.event_ids) > 1), None)
+    if merged is None:
+        return
+    earlier, later = merged.event_ids[-2:]
+    k = random.Random(swap).randrange(len(last[earlier]))  # an image the sample had already
+    swapped = [
+        replace(r, image_ids=[*r.image_ids[:k], "f" * 64, *r.image_ids[k + 1 :]])
+        if isinstance(r, CompletionEvent) and r.event_id == later
+        else r
+        for r in records
+    ]
+    forked = assemble(rollout.rollout_id, swapped, created_us=0)
+    assert not any(earlier in s.event_ids and later in s.event_ids for s in forked.samples)
+    (alone,) = [s for s in forked.samples if later in s.event_ids]
+    assert alone.event_ids[0] == later and alone.parent_index is not None

@@ -209,7 +209,8 @@ def check_audit(out: Path, tmp: Path) -> None:
     empty = {name for name, n in marks.items() if n == 0}
     # A clean run of the raw tiny model: nothing failed, and it may fork or call a tool or not;
     # the main job serves every update (no promotion gate: trainer/promotion.py, serve's option).
-    quiet = {"fork_classes_by_harness", "failures", "tool_calls", "error_recovery", "promotions"}
+    quiet = {"fork_classes_by_harness", "failures", "tool_calls", "error_recovery", "promotions",
+             "screenshots"}  # fmt: skip
     assert empty <= quiet, marks
     assert all(c["data-rendered-marks"] == c["data-marks"] for c in dom.charts), dom.charts
     assert dom.no_data == len(empty) and dom.external == []
