@@ -52,6 +52,7 @@ VLM_MODULES = frozenset({
     "tests/infra/test_tiny_vlm.py",
     "tests/proxy/test_images_engine.py",
     "tests/orchestrator/test_web_tasks_vlm.py",
+    "tests/trainer/test_cpu_vlm.py",
 })  # fmt: skip
 
 

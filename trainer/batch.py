@@ -27,6 +27,7 @@ class TrainBatch:
     index: np.ndarray  # [B] group ids
     episode_ids: list[str]
     min_policy_version: list[int]  # per row: the oldest policy that generated its tokens
+    image_ids: list[list[str]] | None = None  # per row: its images (None: no row has any)
 
     @property
     def size(self) -> int:
@@ -57,7 +58,12 @@ class TrainBatch:
             index=self.index[index],
             episode_ids=[self.episode_ids[i] for i in index],
             min_policy_version=[self.min_policy_version[i] for i in index],
+            image_ids=[self.image_ids[i] for i in index] if self.image_ids else None,
         )
+
+    def images_of(self, row: int) -> list[str]:
+        """The images of row ``row`` (empty for a text-only row)."""
+        return self.image_ids[row] if self.image_ids else []
 
 
 def group_key(episode: Episode) -> str:
@@ -94,6 +100,9 @@ def to_batch(episodes: list[Episode], pad_id: int = 0) -> TrainBatch:
         index=np.array([group_key(e) for e, _ in rows], dtype=object),
         episode_ids=[e.episode_id for e, _ in rows],
         min_policy_version=versions,
+        image_ids=[list(s.image_ids) for _, s in rows]
+        if any(s.image_ids for _, s in rows)
+        else None,
     )
 
 

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from infra.local.vllm import VLLMServer
+from schemas.errors import ConfigError
 from tests.trainer.test_loop import _episodes
 from tests.trainer.test_weight_sync import _vllm_logprobs
 from trainer.algorithms import AlgorithmConfig
@@ -92,3 +93,14 @@ def test_lora_adapter_export_is_what_vllm_serves(
     mask = batch.response_mask[0].bool()
     assert (engine[mask] - trainer[mask]).abs().max() < 1e-4
     assert (base[mask] - trainer[mask]).abs().max() > 1e-3  # the adapter matters
+
+
+def test_a_batch_with_images_is_refused_not_trained_without_its_pixels(
+    verl_backend: VerlBackend,
+) -> None:
+    batch = to_batch(_episodes(4, 2))
+    batch.image_ids = [["0" * 64], [], [], []]
+    with pytest.raises(ConfigError, match="does not train on yet"):
+        verl_backend.logprobs(batch)
+    with pytest.raises(ConfigError, match="does not train on yet"):
+        verl_backend.train_step(batch, AlgorithmConfig())

@@ -6,6 +6,12 @@ PPO ratio starts at 1), taken from the training forward pass itself (from a no-g
 first when the model has dropout), and the distance to the
 engine's behavior logprobs is corrected by veRL's rollout-correction weights (token-level
 truncated IS by default).
+
+A vision-language model (a ``vision_config`` in its config: Idefics3's architecture, the tiny
+VLM's) trains on samples with images: each such row's forward pass gets the pixel values of its
+images, read from the proxy's image store and processed as the engine did
+(:mod:`trainer.pixels`); LoRA then adapts the text model's attention only. A text model refuses
+a sample with images (its logprobs would ignore the pixels).
 """
 
 from __future__ import annotations
@@ -15,11 +21,15 @@ from typing import Any
 
 import torch
 
+from infra.image_store import ImageStore
+from schemas.errors import ConfigError
 from trainer.algorithms import AlgorithmConfig, compute_advantages, policy_loss, rollout_correction
 from trainer.backends.base import TrainerBackend
 from trainer.batch import TrainBatch
+from trainer.pixels import Pixels, is_vision_model
 
 LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj"]
+VISION_LORA_TARGETS = r".*text_model.*\.(q_proj|k_proj|v_proj|o_proj)"  # not the vision tower
 
 
 def _has_dropout(model: Any) -> bool:
@@ -40,11 +50,16 @@ class CPUBackend(TrainerBackend):
         lr: float = 1e-3,
         micro_batch: int = 8,
         seed: int = 0,
+        images: ImageStore | None = None,
     ) -> None:
-        from transformers import AutoModelForCausalLM
+        from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
 
         torch.manual_seed(seed)
-        model: Any = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
+        vision = is_vision_model(model_dir)
+        self.pixels = Pixels(model_dir, images) if vision else None
+        loader: Any = AutoModelForImageTextToText if vision else AutoModelForCausalLM
+        self._loader = loader
+        model: Any = loader.from_pretrained(str(model_dir), dtype=torch.float32)
         self.lora = lora_rank is not None
         if lora_rank is not None:
             from peft import LoraConfig, get_peft_model
@@ -54,7 +69,7 @@ class CPUBackend(TrainerBackend):
                 LoraConfig(
                     r=lora_rank,
                     lora_alpha=2 * lora_rank,
-                    target_modules=LORA_TARGETS,
+                    target_modules=VISION_LORA_TARGETS if vision else LORA_TARGETS,
                     lora_dropout=0.0,
                     bias="none",
                     init_lora_weights=True,
@@ -69,8 +84,35 @@ class CPUBackend(TrainerBackend):
         self.optimizer = torch.optim.AdamW(params, lr=lr)
 
     def _logprobs(self, batch: TrainBatch, rows: slice) -> torch.Tensor:
-        ids = batch.input_ids[rows]
-        logits = self.model(input_ids=ids, attention_mask=batch.attention_mask[rows]).logits
+        indices = range(batch.size)[rows]
+        if not any(batch.images_of(i) for i in indices):
+            return self._forward(batch.input_ids[rows], batch.attention_mask[rows], {})
+        # Rows with images: one forward pass each, with that row's pixels.
+        return torch.cat(
+            [
+                self._forward(
+                    batch.input_ids[i : i + 1],
+                    batch.attention_mask[i : i + 1],
+                    self._pixels(batch.images_of(i)),
+                )
+                for i in indices
+            ]
+        )
+
+    def _pixels(self, image_ids: list[str]) -> dict[str, torch.Tensor]:
+        if not image_ids:
+            return {}
+        if self.pixels is None:
+            raise ConfigError(
+                "a sample has images but the policy is a text model: train a vision-language "
+                "model on screenshot rollouts (its logprobs would ignore the pixels)"
+            )
+        return self.pixels.of(image_ids)
+
+    def _forward(
+        self, ids: torch.Tensor, attention: torch.Tensor, pixels: dict[str, torch.Tensor]
+    ) -> torch.Tensor:
+        logits = self.model(input_ids=ids, attention_mask=attention, **pixels).logits
         logp = torch.log_softmax(logits[:, :-1].float(), dim=-1)
         return logp.gather(-1, ids[:, 1:].unsqueeze(-1)).squeeze(-1)
 
@@ -153,9 +195,7 @@ class CPUBackend(TrainerBackend):
                 self.model, load_file(str(directory / "model" / "adapter_model.safetensors"))
             )
         else:
-            from transformers import AutoModelForCausalLM
-
-            state = AutoModelForCausalLM.from_pretrained(str(directory / "model")).state_dict()
+            state = self._loader.from_pretrained(str(directory / "model")).state_dict()
             self.model.load_state_dict(state)
         self.optimizer.load_state_dict(torch.load(directory / "optimizer.pt", weights_only=True))
 

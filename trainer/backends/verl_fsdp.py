@@ -27,6 +27,7 @@ import torch
 import torch.distributed as dist
 
 from infra.local.process import free_port
+from schemas.errors import ConfigError
 from trainer.algorithms import (
     AlgorithmConfig,
     actor_config,
@@ -189,6 +190,12 @@ class VerlBackend(TrainerBackend):
 
     def logprobs(self, batch: TrainBatch) -> torch.Tensor:
         """Each rank scores its rows; every rank gets the whole ``[B, T-1]`` result."""
+        if batch.image_ids:
+            raise ConfigError(
+                "this batch has samples with images, which the veRL backend does not train "
+                "on yet (its forward pass gets no pixels): use trainer.backend = 'cpu' with a "
+                "vision-language model, or rollouts without screenshots"
+            )
         mine, pad = self._shard(batch.size)
         local = self._local_logprobs(batch.rows(mine + pad))[: len(mine)]
         if dist.get_world_size() == 1:
