@@ -43,7 +43,8 @@ def audit(
 ) -> None:
     """Audit a run: reward per step, task, harness and policy version; continuity and fork
     classes; staleness and IS weights; latency; tool calls; screenshots of a rollout's steps;
-    failures; a step's lineage; cost per rollout, utilisation and what bounded the run. With --compare, runs side by side."""
+    failures; a step's lineage; cost per rollout, utilisation and what bounded the run. With
+    --compare, runs side by side."""
     from rich.console import Console
 
     from openforge.audit import html as page
