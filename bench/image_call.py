@@ -126,6 +126,7 @@ def latency(server: VLLMServer, model: Path, png: bytes, calls: int, root: Path)
         p.flush()
         events = read_events(config.log_url, group="bench", want=2 * calls + 1)
     image_token = tokenizer.convert_tokens_to_ids("<image>")
+    assert isinstance(image_token, int)
     for i in range(calls):  # proof of path
         (im,) = completions_of(events, f"image-{i}")
         (tx,) = completions_of(events, f"text-{i}")
