@@ -19,12 +19,11 @@ import abc
 from collections.abc import AsyncGenerator, Callable, Iterator
 from typing import Any, Protocol
 
-import aiohttp
 import httpx
 import orjson
 
 from proxy.canonical import Message
-from proxy.chunk import Chunk, upstream_error
+from proxy.chunk import Chunk, PooledClient, sampling_fields, upstream_error
 from proxy.config import UpstreamKind
 from proxy.errors import ProxyError
 from proxy.upstream_chat import ChatEndpoint
@@ -62,17 +61,6 @@ class Upstream(abc.ABC):
     async def aclose(self) -> None: ...
 
 
-def _sampling_fields(sampling: SamplingParams, max_tokens: int) -> dict[str, Any]:
-    body: dict[str, Any] = {"max_tokens": max_tokens}
-    for name in ("temperature", "top_p", "top_k", "seed"):
-        value = getattr(sampling, name)
-        if value is not None:
-            body[name] = value
-    if sampling.stop:
-        body["stop"] = list(sampling.stop)
-    return body
-
-
 async def _raise_for_status(resp: httpx.Response) -> None:
     if resp.status_code >= 400:
         raw = (await resp.aread()).decode("utf-8", "replace")
@@ -98,62 +86,28 @@ class _HTTPUpstream(Upstream):
             headers=headers,
             limits=httpx.Limits(max_connections=512, max_keepalive_connections=128),
         )
-        self.chat = ChatEndpoint(base_url, timeout, api_key)
+        self._pool = PooledClient(timeout, api_key, limit=256)  # the chat path: aiohttp
+        self.chat = ChatEndpoint(base_url, self._pool)
 
     async def aclose(self) -> None:
         await self._client.aclose()
-        await self.chat.aclose()
-
-
-KEEPALIVE_S = 4.0  # idle pooled connections are closed after this
-STALE_RETRIES = 3  # sends retried on a new connection when a pooled one was closed meanwhile
+        await self._pool.aclose()
 
 
 class CompletionsUpstream(Upstream):
-    """``POST /v1/completions``: a prompt of ids, ``return_token_ids``, logprobs, streaming.
-
-    Uses aiohttp, the cheaper client per request (the figure: ``bench/RESULTS.md``, "Figures
-    behind the proxy's design choices").
-    """
+    """``POST /v1/completions``: a prompt of ids, ``return_token_ids``, logprobs, streaming,
+    over a :class:`~proxy.chunk.PooledClient` (aiohttp) shared with the chat path."""
 
     def __init__(
         self, base_url: str, model: str, timeout: float = 600.0, api_key: str = ""
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.model = model
-        self._timeout = aiohttp.ClientTimeout(total=timeout, sock_connect=10.0)
-        self._headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
-        self._session: aiohttp.ClientSession | None = None
-        self.chat = ChatEndpoint(base_url, timeout, api_key)
-
-    def _client(self) -> aiohttp.ClientSession:
-        if self._session is None:
-            self._session = aiohttp.ClientSession(
-                timeout=self._timeout,
-                headers=self._headers,
-                # Under the 5 s that uvicorn (vLLM's server) keeps an idle connection open, so
-                # a pooled connection is not one the upstream has just closed.
-                connector=aiohttp.TCPConnector(limit=512, keepalive_timeout=KEEPALIVE_S),
-            )
-        return self._session
+        self._pool = PooledClient(timeout, api_key)
+        self.chat = ChatEndpoint(base_url, self._pool)  # one pool for both paths
 
     async def aclose(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-        await self.chat.aclose()
-
-    async def _post(self, body: dict[str, Any]) -> aiohttp.ClientResponse:
-        """Send the request; a pooled connection the upstream closed meanwhile (the request
-        could not be written, or the server hung up before answering) is retried on another
-        connection, up to :data:`STALE_RETRIES` times: nothing has reached the harness yet."""
-        url = f"{self.base_url}/v1/completions"
-        data, headers = orjson.dumps(body), {"content-type": "application/json"}
-        for _ in range(STALE_RETRIES):  # each stale pooled connection fails once, then is gone
-            try:
-                return await self._client().post(url, data=data, headers=headers)
-            except (aiohttp.ClientOSError, aiohttp.ServerDisconnectedError):
-                continue
-        return await self._client().post(url, data=data, headers=headers)
+        await self._pool.aclose()
 
     async def generate(
         self, prompt: list[int], sampling: SamplingParams, max_tokens: int
@@ -165,32 +119,11 @@ class CompletionsUpstream(Upstream):
             "logprobs": 0,
             "return_token_ids": True,
             "skip_special_tokens": True,
-            **_sampling_fields(sampling, max_tokens),
+            **sampling_fields(sampling, max_tokens),
         }
-        try:
-            async with await self._post(body) as resp:
-                if resp.status >= 400:
-                    raise upstream_error(
-                        resp.status, await resp.text(), resp.headers.get("retry-after")
-                    )
-                pending = b""
-                async for data in resp.content.iter_any():
-                    lines = (pending + data).split(b"\n")
-                    pending = lines.pop()  # an event cut off by the read: completed by the next
-                    for chunk in _read_chunks(lines):
-                        yield chunk
-                for chunk in _read_chunks([pending]):
-                    yield chunk
-        except TimeoutError as exc:
-            raise ProxyError(504, f"upstream timed out: {exc!r}", code="upstream_timeout") from exc
-        except aiohttp.ClientPayloadError as exc:
-            raise ProxyError(
-                502, f"upstream stream broke off: {exc!r}", code="upstream_stream_broken"
-            ) from exc
-        except aiohttp.ClientError as exc:
-            raise ProxyError(
-                502, f"upstream unreachable: {exc!r}", code="upstream_unreachable"
-            ) from exc
+        url = f"{self.base_url}/v1/completions"
+        async for chunk in self._pool.stream(url, orjson.dumps(body), _read_chunks):
+            yield chunk
 
 
 _PROMPT_IDS = b'"prompt_token_ids":['
@@ -287,7 +220,7 @@ class GenerateUpstream(_HTTPUpstream):
         self, prompt: list[int], sampling: SamplingParams, max_tokens: int
     ) -> AsyncGenerator[Chunk, None]:
         params = {"logprobs": 0, "skip_special_tokens": True}
-        params.update(_sampling_fields(sampling, max_tokens))
+        params.update(sampling_fields(sampling, max_tokens))
         try:
             resp = await self._client.post(
                 "/inference/v1/generate",

@@ -19,16 +19,13 @@ from __future__ import annotations
 from collections.abc import AsyncGenerator, Iterator
 from typing import Any
 
-import aiohttp
 import orjson
 
 from proxy.canonical import Message
-from proxy.chunk import Chunk, upstream_error
+from proxy.chunk import Chunk, PooledClient, sampling_fields
 from proxy.errors import ProxyError
 from proxy.images import upstream_messages
 from schemas.completion import SamplingParams
-
-KEEPALIVE_S = 4.0  # under the 5 s uvicorn keeps an idle connection (see proxy.upstream)
 
 
 def chat_body(
@@ -47,40 +44,20 @@ def chat_body(
         "top_logprobs": 0,
         "return_token_ids": True,
         "skip_special_tokens": True,
-        "max_tokens": max_tokens,
+        **sampling_fields(sampling, max_tokens),
     }
     if tools:
         body["tools"], body["tool_choice"] = tools, "none"
-    for name in ("temperature", "top_p", "top_k", "seed"):
-        value = getattr(sampling, name)
-        if value is not None:
-            body[name] = value
-    if sampling.stop:
-        body["stop"] = list(sampling.stop)
     return body
 
 
 class ChatEndpoint:
-    """``POST {base_url}/v1/chat/completions``, streamed."""
+    """``POST {base_url}/v1/chat/completions``, streamed, over ``client`` (shared with the
+    token-in path where it uses aiohttp too)."""
 
-    def __init__(self, base_url: str, timeout: float, api_key: str = "") -> None:
+    def __init__(self, base_url: str, client: PooledClient) -> None:
         self.url = base_url.rstrip("/") + "/v1/chat/completions"
-        self._timeout = aiohttp.ClientTimeout(total=timeout, sock_connect=10.0)
-        self._headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
-        self._session: aiohttp.ClientSession | None = None
-
-    def _client(self) -> aiohttp.ClientSession:
-        if self._session is None:
-            self._session = aiohttp.ClientSession(
-                timeout=self._timeout,
-                headers=self._headers,
-                connector=aiohttp.TCPConnector(limit=256, keepalive_timeout=KEEPALIVE_S),
-            )
-        return self._session
-
-    async def aclose(self) -> None:
-        if self._session is not None:
-            await self._session.close()
+        self._client = client
 
     async def generate(
         self,
@@ -92,27 +69,8 @@ class ChatEndpoint:
     ) -> AsyncGenerator[Chunk, None]:
         """Stream the generation's chunks; the first carries the engine's prompt ids."""
         body = orjson.dumps(chat_body(model, messages, tools, sampling, max_tokens))
-        headers = {"content-type": "application/json"}
-        try:
-            async with self._client().post(self.url, data=body, headers=headers) as resp:
-                if resp.status >= 400:
-                    raise upstream_error(
-                        resp.status, await resp.text(), resp.headers.get("retry-after")
-                    )
-                pending = b""
-                async for data in resp.content.iter_any():
-                    lines = (pending + data).split(b"\n")
-                    pending = lines.pop()
-                    for chunk in read_chat_events(lines):
-                        yield chunk
-                for chunk in read_chat_events([pending]):
-                    yield chunk
-        except TimeoutError as exc:
-            raise ProxyError(504, f"upstream timed out: {exc!r}", code="upstream_timeout") from exc
-        except aiohttp.ClientError as exc:
-            raise ProxyError(
-                502, f"upstream unreachable: {exc!r}", code="upstream_unreachable"
-            ) from exc
+        async for chunk in self._client.stream(self.url, body, read_chat_events):
+            yield chunk
 
 
 def read_chat_events(lines: list[bytes]) -> Iterator[Chunk]:
