@@ -75,12 +75,15 @@ class ModelServer:
         served_name: the name it serves those weights as (None: the directory's name).
         context: its context window (tokens).
         lora_rank: the largest LoRA adapter rank it can hot-load (None: no adapters).
+        images_per_prompt: images a prompt may hold (a vision-language model's
+            ``--limit-mm-per-prompt``; 0: vLLM's default).
     """
 
     weights: Path
     served_name: str | None
     context: int
     lora_rank: int | None = None
+    images_per_prompt: int = 0
 
 
 @dataclass(frozen=True)
@@ -229,6 +232,11 @@ def serve(spec: StackSpec, say: Callable[[str], None] = print) -> Iterator[Stack
                     enable_lora=served.lora_rank is not None,
                     max_lora_rank=served.lora_rank or 8,
                     log_path=spec.out / "vllm.log",
+                    extra_args=(
+                        ["--limit-mm-per-prompt", f'{{"image": {served.images_per_prompt}}}']
+                        if served.images_per_prompt
+                        else []
+                    ),
                 )
             )
         admin = stack.enter_context(

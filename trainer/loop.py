@@ -62,6 +62,8 @@ class TrainerConfig:
     group: consumer group in the event log (the trainer's position survives restarts).
     on_step: called with (step, metrics) after each update (progress displays, schedulers).
     stop: when set, the loop ends after the current update (a checkpoint is written).
+    image_dir: the proxy's image store, where a sample's images are read back (a
+        vision-language policy on screenshots; None: no sample may have images).
     engine: the serving engine's meter: each update records the fraction of the time since the
         previous one that the engine was busy (``engine/busy_fraction``).
     serve_at_start: with ``sync``, serve the weights the trainer starts from before its first
@@ -92,6 +94,7 @@ class TrainerConfig:
     engine: EngineMeter | None = None
     serve_at_start: bool = False
     gate: PromotionGate | None = None
+    image_dir: Path | None = None
 
     def __post_init__(self) -> None:
         BACKENDS.get(self.backend)  # a typo fails here, listing the valid backends
@@ -105,7 +108,9 @@ class TrainerConfig:
 
 def train(cfg: TrainerConfig) -> dict[str, Any]:
     """Run the loop; under torchrun every rank calls this and rank 0 leads (``trainer.ranks``)."""
-    backend = make_backend(cfg.backend, cfg.model_dir, cfg.lora_rank, cfg.lr, cfg.seed)
+    backend = make_backend(
+        cfg.backend, cfg.model_dir, cfg.lora_rank, cfg.lr, cfg.seed, image_dir=cfg.image_dir
+    )
     ranks = Ranks.current()
     resumed = checkpoint.load_latest(_checkpoints(cfg), backend)
     state = resumed or checkpoint.TrainerState()

@@ -11,6 +11,7 @@ task's image ships Debian's ``chromium`` (on PATH), and serves the task's app.
 from __future__ import annotations
 
 import hashlib
+from enum import StrEnum
 from pathlib import Path
 
 from infra.harnesses.agent import Agent
@@ -19,7 +20,17 @@ from schemas.enums import Dialect
 from schemas.errors import ConfigError
 
 SCRIPTS = (Path(__file__).with_name("browser_main.py"), Path(__file__).with_name("browser_cdp.py"))
-OBSERVATIONS = ("text", "screenshot", "both")
+
+
+class Observation(StrEnum):
+    """What the browser agent shows the model of the page."""
+
+    TEXT = "text"  # the accessibility tree, controls numbered
+    SCREENSHOT = "screenshot"  # a screenshot (needs a vision-language model)
+    BOTH = "both"  # the tree and a screenshot
+
+
+OBSERVATIONS = tuple(o.value for o in Observation)
 _DIALECT_ARG = {Dialect.CHAT: "chat", Dialect.MESSAGES: "messages"}
 
 

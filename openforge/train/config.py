@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from enum import Enum, StrEnum
 from typing import Any
 
+from infra.harnesses.browser import Observation
 from infra.images import DEFAULT_FALLBACKS
 from orchestrator.backend import RolloutBackendName
 from orchestrator.environments import SandboxMode
@@ -34,6 +35,8 @@ def _f(default: Any, doc: str, *, path: bool = False) -> Any:
 
 
 TINY = "tiny"  # model.base: the tiny model built locally, not a path
+TINY_VLM = "tiny-vlm"  # model.base: the tiny vision-language model over it (infra/tiny_vlm.py)
+BUILT = (TINY, TINY_VLM)  # model.base values that name a model built here, not a path
 
 
 class WarmStartRecipe(StrEnum):
@@ -44,7 +47,10 @@ class WarmStartRecipe(StrEnum):
 @dataclass
 class ModelSection:
     base: str = _f(
-        TINY, "'tiny' (built locally, seed model.seed) or a Hugging Face model dir", path=True
+        TINY,
+        "'tiny' (built locally, seed model.seed), 'tiny-vlm' (the tiny vision-language model "
+        "over it, for screenshots) or a Hugging Face model dir",
+        path=True,
     )
     seed: int = _f(0, "seed of the tiny model's tokenizer and weights")
     context: int = _f(4096, "context window served by vLLM and checked by the proxy (tokens)")
@@ -80,6 +86,11 @@ class HarnessSection:
     name: str = _f("agent", "harness playing the tasks: agent, browser, codex, claude-code, ...")
     max_turns: int = _f(2, "model calls per rollout at most (agent and browser harnesses)")
     max_tokens: int = _f(48, "tokens per model answer at most (agent and browser harnesses)")
+    observation: Observation = _f(
+        Observation.TEXT,
+        "browser harnesses: what the model is shown of the page: text (the accessibility "
+        "tree), screenshot or both (these two need a vision-language model.base)",
+    )
 
 
 @dataclass
@@ -239,6 +250,30 @@ class TrainConfig:
             raise ConfigError("set proxy.workers (or --proxy-workers), not --workers in extra_args")
         if self.rollouts.backend is RolloutBackendName.KUBERNETES:
             self._check_kubernetes()
+        self._check_observation()
+
+    def _check_observation(self) -> None:
+        if self.model.base == TINY_VLM and self.warm_start.recipe is not WarmStartRecipe.NONE:
+            raise ConfigError(
+                "model.base = 'tiny-vlm' has no warm start: set warm_start.recipe = 'none'"
+            )
+        if self.harness.observation is Observation.TEXT:
+            return
+        if not self.harness.name.startswith("browser"):
+            raise ConfigError(
+                f"harness.observation = {self.harness.observation.value!r} is for the browser "
+                f"harnesses (browser, browser-anthropic), not {self.harness.name!r}"
+            )
+        if self.model.base == TINY:
+            raise ConfigError(
+                "screenshots need a vision-language model: set model.base = 'tiny-vlm' (or a "
+                "VLM's directory), or harness.observation = 'text' for the tiny text model"
+            )
+        if self.trainer.backend is not BackendName.CPU:
+            raise ConfigError(
+                "training on screenshots needs trainer.backend = 'cpu' (the veRL backend "
+                "gets no pixels yet)"
+            )
 
     def _check_kubernetes(self) -> None:
         kube = self.kubernetes

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from infra.eventlog.urls import absolute_location
-from openforge.train.config import TINY, TrainConfig, toml_value
+from openforge.train.config import BUILT, TrainConfig, toml_value
 from schemas.errors import ConfigError
 from schemas.registry import choose
 
@@ -144,7 +144,7 @@ def _path_fields() -> Iterator[tuple[str, str]]:
 
 
 def _absolute_path(value: str, base: Path) -> str:
-    return value if value == TINY else absolute_location(value, base)
+    return value if value in BUILT else absolute_location(value, base)
 
 
 def _absolute_in_file(data: dict[str, Any], base: Path) -> None:

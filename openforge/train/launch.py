@@ -14,10 +14,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from infra import paths
-from infra.harnesses import HARNESSES, Agent, Harness
+from infra.harnesses import HARNESSES, Agent, Browser, Harness
 from infra.tasks import Task, load_dataset
+from infra.tiny_vlm import build_tiny_vlm
 from openforge.stack import tiny_model
-from openforge.train.config import TrainConfig
+from openforge.train.config import TINY, TINY_VLM, TrainConfig
 from openforge.train.warmstart import warm_start
 from schemas.errors import ConfigError
 
@@ -46,22 +47,30 @@ class Launch:
     weights: Path
     version: int
     done_steps: int
+    images: Path  # the proxy's image store (the screenshots of calls): RUN/log/images
 
 
 def _harness(cfg: TrainConfig) -> Harness:
     chosen = HARNESSES.get(cfg.harness.name)
-    if issubclass(chosen, Agent):  # the built-in agents: agent, browser, browser-anthropic
-        return chosen(max_turns=cfg.harness.max_turns, max_tokens=cfg.harness.max_tokens)
+    h = cfg.harness
+    if issubclass(chosen, Browser):  # browser, browser-anthropic
+        return chosen(max_turns=h.max_turns, max_tokens=h.max_tokens, observation=h.observation)
+    if issubclass(chosen, Agent):  # the built-in agent
+        return chosen(max_turns=h.max_turns, max_tokens=h.max_tokens)
     return chosen()
 
 
 def _base_model(cfg: TrainConfig) -> Path:
-    if cfg.model.base == "tiny":
+    if cfg.model.base == TINY:
         return tiny_model(max(cfg.model.context, 4096), cfg.model.seed)
+    if cfg.model.base == TINY_VLM:
+        text = tiny_model(4096, cfg.model.seed)
+        out = paths.cache_dir() / "models" / f"tiny-vlm-seed{cfg.model.seed}"
+        return build_tiny_vlm(out, text, seed=cfg.model.seed)
     base = Path(cfg.model.base)
     if not (base / "config.json").exists():
         raise ConfigError(
-            f"model.base = {cfg.model.base!r} is neither 'tiny' nor a model directory"
+            f"model.base = {cfg.model.base!r} is neither 'tiny', 'tiny-vlm' nor a model directory"
         )
     return base
 
@@ -124,5 +133,14 @@ def prepare_launch(cfg: TrainConfig, root: Path, say: Callable[[str], None] = pr
         say(f"resuming after update {done_steps} (policy version {version})")
     log_url = cfg.event_log.url or f"local:{root / 'log'}"
     return Launch(
-        tag, train_tasks, heldout, chosen, model_dir, log_url, weights, version, done_steps
+        tag,
+        train_tasks,
+        heldout,
+        chosen,
+        model_dir,
+        log_url,
+        weights,
+        version,
+        done_steps,
+        root / "log" / "images",
     )

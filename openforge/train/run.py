@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import urlsplit
 
 from infra.engine_meter import EngineMeter
+from infra.harnesses.browser import Observation
 from infra.images import ImagePolicy
 from infra.local.vllm import VLLMServer
 from openforge.stack import (
@@ -76,10 +77,14 @@ def stack_spec(cfg: TrainConfig, root: Path, launch: Launch, host: str = "127.0.
     ``policy`` on the warm-started model, or (``trainer.lora_rank = 0``) as full weights served
     under that name."""
     lora = cfg.trainer.lora_rank > 0
+    # Every screenshot stays in the browser agent's history: one per turn, and the first page.
+    images = cfg.harness.max_turns + 1 if cfg.harness.observation is not Observation.TEXT else 0
     served = (
-        ModelServer(launch.model_dir, None, cfg.model.context, max(cfg.trainer.lora_rank, 8))
+        ModelServer(
+            launch.model_dir, None, cfg.model.context, max(cfg.trainer.lora_rank, 8), images
+        )
         if lora
-        else ModelServer(launch.weights, POLICY, cfg.model.context)
+        else ModelServer(launch.weights, POLICY, cfg.model.context, None, images)
     )
     return StackSpec(
         out=root / "services",
@@ -93,7 +98,7 @@ def stack_spec(cfg: TrainConfig, root: Path, launch: Launch, host: str = "127.0.
             workers=cfg.proxy.workers,  # >1: each sandbox gets its worker's socket
             host=host,
         ),
-        proxy_args=tuple(cfg.proxy.extra_args),
+        proxy_args=(*cfg.proxy.extra_args, "--image-dir", str(launch.images)),
     )
 
 
@@ -295,6 +300,7 @@ class TrainingRun:
             stop=self.stop,
             archive=self.root / "archive",
             engine=engine,
+            image_dir=launch.images,
         )
 
     def _finish(self, launch: Launch) -> float:

@@ -34,6 +34,7 @@ from tests.openforge.train.checks import (
     check_rebuilt,
     check_resumed,
     check_run,
+    check_screenshot_run,
     check_web_run,
 )
 from tests.readme.commands import (
@@ -184,6 +185,14 @@ SPECS: dict[str, Spec] = {
         timeout=1200,
         check=lambda work, _: check_web_run(
             work / "runs" / "web-demo", work / "runs" / "web-audit"
+        ),
+    ),
+    ".venv/bin/openforge train examples/web-demo.toml --set model.base=tiny-vlm "
+    "--set harness.observation=screenshot --set run.output_dir=runs/web-demo-vlm": Spec(
+        expect=(r"2 updates in \d+ s; held-out reward \d\.\d+ \(v0\) -> \d\.\d+ \(v2\)",),
+        timeout=1200,
+        check=lambda work, _: check_screenshot_run(
+            work / "runs" / "web-demo-vlm", work / "runs" / "web-vlm-audit"
         ),
     ),
     ".venv/bin/openforge tasks check examples/tasks": Spec(

@@ -19,6 +19,7 @@ from typing import Any
 from transformers import AutoTokenizer
 
 from infra.eventlog import DEAD_LETTER_TOPIC, EPISODES_TOPIC, EVENTS_TOPIC, open_reader
+from infra.image_store import ImageStore
 from infra.tasks import load_dataset
 from openforge.audit import html
 from openforge.audit.report import CHART_NAMES, build
@@ -250,3 +251,32 @@ def check_web_run(out: Path, tmp: Path) -> None:
     tokenizer = AutoTokenizer.from_pretrained(str(tiny_model(4096, 0)))  # the run's model
     prompt = tokenizer.decode(calls[0].prompt_token_ids)
     assert "URL: http://127.0.0.1:8765/" in prompt and '"name": "navigate"' in prompt
+
+
+def check_screenshot_run(out: Path, tmp: Path) -> None:
+    """What the web demo on screenshots leaves behind (the tiny VLM, the browser agent showing
+    screenshots): the main job's checks, every call's prompt holding its screenshots (named by
+    hash, each stored once in the run's image store), every trained sample's images there, the
+    trainer's logprobs the engine's (behavior KL near 0, so the LoRA adapter vLLM served after
+    each update was the trainer's), and the audit page showing a rollout's screenshots."""
+    heldout = {t.id for t in load_dataset(WEB_TASKS, split="heldout")}
+    check_run(out, f"local:{out / 'log'}", per_update=3 * 2, heldout=heldout)
+    with open_reader(f"local:{out / 'log'}", [EVENTS_TOPIC, EPISODES_TOPIC], "shots") as reader:
+        records = [e for rec in reader.poll(100_000, 2.0) for e in decode_message(rec.value)]
+    calls = [e for e in records if isinstance(e, CompletionEvent)]
+    assert calls and all(e.image_ids for e in calls)  # every observation was a screenshot
+    store = ImageStore(out / "log" / "images")
+    shots = {sha for e in calls for sha in e.image_ids}
+    assert store.usage()[0] == len(shots) and all(store.find(sha) for sha in shots)
+    samples = [s for e in records if isinstance(e, Episode) for s in e.samples]
+    assert samples and all(s.image_ids and set(s.image_ids) <= shots for s in samples)
+    with open(out / "trainer" / "metrics.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == 2 and all(abs(float(r["actor/behavior_kl"])) < 1e-2 for r in rows), rows
+    page = html.write(build(out), tmp / "audit.html")
+    dom = rendered(page, tmp)
+    (gallery,) = [c for c in dom.charts if c["data-chart"] == "screenshots"]
+    assert (
+        int(gallery["data-marks"] or 0) >= 1
+        and gallery["data-rendered-marks"] == (gallery["data-marks"])
+    )

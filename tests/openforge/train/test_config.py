@@ -74,6 +74,29 @@ def test_every_field_has_a_default_and_a_description() -> None:
             {"trainer": {"policy_loss": "dro"}},
             "unknown trainer.policy_loss 'dro': choose one of vanilla",
         ),
+        ({"harness": {"observation": "video"}}, "choose one of text, screenshot, both"),
+        (
+            {"harness": {"name": "browser", "observation": "screenshot"}},
+            "screenshots need a vision-language model: set model.base = 'tiny-vlm'",
+        ),
+        (
+            {
+                "harness": {"observation": "both"},
+                "model": {"base": "tiny-vlm"},
+                "warm_start": {"recipe": "none"},
+            },
+            "is for the browser harnesses",
+        ),
+        ({"model": {"base": "tiny-vlm"}}, "set warm_start.recipe = 'none'"),
+        (
+            {
+                "harness": {"name": "browser", "observation": "screenshot"},
+                "model": {"base": "tiny-vlm"},
+                "warm_start": {"recipe": "none"},
+                "trainer": {"backend": "verl"},
+            },
+            "needs trainer.backend = 'cpu'",
+        ),
     ],
 )
 def test_bad_configs_say_what_is_wrong(data: dict[str, object], message: str) -> None:
