@@ -57,6 +57,8 @@ class ImageStore:
 
     def __init__(self, root: Path) -> None:
         self.root = root
+        self.stored = 0  # images this store object wrote (new ones), and their bytes
+        self.stored_bytes = 0
 
     def _path(self, sha: str, media_type: str) -> Path:
         return self.root / sha[:2] / f"{sha}{SUFFIXES[media_type]}"
@@ -77,6 +79,8 @@ class ImageStore:
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
+        self.stored += 1
+        self.stored_bytes += len(data)
         return sha, True
 
     def find(self, sha: str) -> Path | None:

@@ -70,6 +70,18 @@ class ProxyMetrics:
             ["continuity"],
             registry=registry,
         )
+        self.images = Counter(
+            "openforge_proxy_images",
+            "Images in recorded calls' prompts (in_prompt: each time a prompt holds one; "
+            "stored: new in the image store).",
+            ["kind"],
+            registry=registry,
+        )
+        self.image_bytes = Counter(
+            "openforge_proxy_image_store_bytes",
+            "Bytes of the images written to the image store.",
+            registry=registry,
+        )
 
     def _event_metrics(self) -> None:
         """Where the records went."""

@@ -103,11 +103,22 @@ class Recorder:
         :func:`proxy.recording.completion_event` for the order it must be called in), and the
         receipt of its publication."""
         images = self._images if ctx.rollout.record else None
+        stored = (images.stored, images.stored_bytes) if images is not None else (0, 0)
         event = completion_event(ctx, gen, self._bodies, self.redactor, images)
+        if event.image_ids and ctx.rollout.record:
+            self._count_images(event, images, stored)
         if not ctx.rollout.record:
             return event, self.publisher.publish([])
         self._count_redactions()
         return event, self.publisher.publish([event])
+
+    def _count_images(
+        self, event: CompletionEvent, images: ImageStore | None, before: tuple[int, int]
+    ) -> None:
+        self._metrics.images.labels("in_prompt").inc(len(event.image_ids))
+        if images is not None:
+            self._metrics.images.labels("stored").inc(images.stored - before[0])
+            self._metrics.image_bytes.inc(images.stored_bytes - before[1])
 
     def started(self, rollout: Rollout) -> Receipt:
         """The rollout's ``started`` event, at its registration."""

@@ -82,7 +82,10 @@ def test_the_train_config_becomes_the_pipeline_job(tmp_path: Path) -> None:
 
 
 def _launch(tmp_path: Path) -> Launch:
-    return Launch("l1", [], [], Agent(), tmp_path / "warm", "local:log", tmp_path / "v3", 3, 3)
+    images = tmp_path / "log" / "images"
+    return Launch(
+        "l1", [], [], Agent(), tmp_path / "warm", "local:log", tmp_path / "v3", 3, 3, images
+    )
 
 
 def test_the_train_config_becomes_the_stack(tmp_path: Path) -> None:
@@ -92,9 +95,16 @@ def test_the_train_config_becomes_the_stack(tmp_path: Path) -> None:
     assert spec.out == tmp_path / "services" and spec.model == POLICY
     assert spec.tokenizer == tmp_path / "warm" and spec.log_url == "local:log"
     assert spec.proxy == ProxyOptions(max_model_len=2048, max_tokens_cap=99, workers=2)
-    assert spec.proxy_args == ("--no-bodies",)
+    # The run's proxy stores the images of calls where the trainer reads them.
+    assert spec.proxy_args == ("--no-bodies", "--image-dir", str(tmp_path / "log" / "images"))
     # LoRA: vLLM loads the warm-started model and hot-loads the policy adapter.
     assert spec.vllm == ModelServer(tmp_path / "warm", None, 2048, 8)
     # Full weights: vLLM serves the first weights themselves, under the policy's name.
     full = stack_spec(build_config({}, ["trainer.lora_rank=0"]), tmp_path, _launch(tmp_path))
     assert full.vllm == ModelServer(tmp_path / "v3", POLICY, 4096, None)
+    # Screenshots: the tiny VLM, one image allowed per turn and the first page.
+    shots = ["model.base=tiny-vlm", "harness.name=browser", "harness.observation=screenshot"]
+    vlm = build_config({"warm_start": {"recipe": "none"}}, [*shots, "harness.max_turns=3"])
+    assert stack_spec(vlm, tmp_path, _launch(tmp_path)).vllm == ModelServer(
+        tmp_path / "warm", None, 4096, 8, images_per_prompt=4
+    )

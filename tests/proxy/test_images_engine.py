@@ -111,6 +111,7 @@ def test_chat_screenshots_reach_the_engine_and_are_recorded_once(
         )
         streamed = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
         p.flush()
+        metrics = httpx.get(f"{p.url}/metrics").text
     events = completions_of(read_events(config.log_url, want=2), rid)
     assert [e.status for e in events] == [CompletionStatus.OK, CompletionStatus.OK]
     rebuild = Reconstructor()
@@ -134,6 +135,11 @@ def test_chat_screenshots_reach_the_engine_and_are_recorded_once(
     # Stored once each (the first screenshot was sent twice), referenced from the bodies.
     store = ImageStore(config.images_root())
     assert store.usage() == (2, len(first_shot) + len(second_shot))
+    assert 'openforge_proxy_images_total{kind="in_prompt"} 3.0' in metrics
+    assert 'openforge_proxy_images_total{kind="stored"} 2.0' in metrics
+    assert f"openforge_proxy_image_store_bytes_total {len(first_shot) + len(second_shot)}.0" in (
+        metrics
+    )
     assert store.get(sha(second_shot)) == (second_shot, "image/png")
     recorded = "".join(e.request_body or "" for e in events)
     assert "base64," not in recorded and ref(sha(second_shot)) in recorded
