@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from infra.image_store import ImageStore
-from schemas.errors import ConfigError
+from schemas.errors import ConfigError, SchemaError
 
 PROCESSORS = {  # image_processor_type -> (module, PIL class)
     "Idefics3ImageProcessor": (
@@ -70,3 +70,28 @@ class Pixels:
             "pixel_values": out["pixel_values"].float(),
             "pixel_attention_mask": out["pixel_attention_mask"],
         }
+
+
+def merged_embeddings(
+    model: Any, ids: torch.Tensor, prompt: torch.Tensor, pixels: dict[str, torch.Tensor]
+) -> torch.Tensor:
+    """A row's input embeddings as the engine built them (``ids``: ``[1, T]``; ``prompt``: which
+    positions are prompt tokens, not generated): each token's own embedding, and the images'
+    features in place of the prompt's image placeholder tokens. A placeholder token the model
+    generated keeps its own embedding, as in vLLM, which expands only the images it was sent
+    (the model's own merge would take it for an image and fail)."""
+    vlm = model.get_base_model() if hasattr(model, "get_base_model") else model
+    embeds = vlm.get_input_embeddings()(ids)
+    features = vlm.model.get_image_features(
+        pixels["pixel_values"], pixels["pixel_attention_mask"]
+    ).pooler_output
+    flat = features.reshape(-1, features.shape[-1]).to(embeds.dtype)
+    slots = (ids == vlm.config.image_token_id) & prompt
+    if int(slots.sum()) != flat.shape[0]:
+        raise SchemaError(
+            f"a sample's prompt holds {int(slots.sum())} image placeholder tokens but its "
+            f"{pixels['pixel_values'].shape[1]} images give {flat.shape[0]}: its image_ids do "
+            "not match its tokens (rebuild its episode from the events)"
+        )
+    merged: torch.Tensor = embeds.masked_scatter(slots.unsqueeze(-1).expand_as(embeds), flat)
+    return merged

@@ -23,7 +23,7 @@ from openforge.testing.proxy import proxy_config, read_events, running_proxy
 from pipeline.assembly import assemble
 from schemas.errors import ConfigError
 from schemas.reward import RewardEvent
-from tests.proxy.test_images_engine import data_url, png
+from tests.proxy.test_images_engine import _image_token, data_url, png
 from trainer.algorithms import AlgorithmConfig
 from trainer.backends.cpu import CPUBackend
 from trainer.batch import to_batch
@@ -70,11 +70,17 @@ def test_the_trainer_recomputes_the_engines_logprobs_on_screenshots_and_updates(
     last = batch.size - 1
     (_, *rest) = batch.images_of(last)
     other, _ = store.put(png("Elsewhere"), "image/png")
-    moved = backend._forward(
-        batch.input_ids[last:], batch.attention_mask[last:], backend._pixels([other, *rest])
-    )
-    mine = generated[last:]
-    assert (moved - trainer[last:])[mine].abs().max() > 1e-3  # 10x the tolerance above
+    swapped = batch.rows(list(range(batch.size)))
+    assert swapped.image_ids is not None
+    swapped.image_ids[last] = [other, *rest]
+    moved = backend.logprobs(swapped)
+    assert (moved - trainer)[last][generated[last]].abs().max() > 1e-3  # 10x the tolerance
+    # A placeholder token the model generated is a token, not an image (as in vLLM).
+    spoken = batch.rows(list(range(batch.size)))
+    at = int(generated[0].nonzero()[0]) + 1  # the first generated token's position
+    spoken.input_ids[0, at] = _image_token(tiny_vlm_dir)
+    said = backend.logprobs(spoken)
+    assert torch.equal(said[0, : at - 1], trainer[0, : at - 1]) and torch.isfinite(said).all()
     # One GRPO group: this rollout rewarded 1, one of its first call alone rewarded 0.
     worse = replace(
         episode,

@@ -26,7 +26,7 @@ from schemas.errors import ConfigError
 from trainer.algorithms import AlgorithmConfig, compute_advantages, policy_loss, rollout_correction
 from trainer.backends.base import TrainerBackend
 from trainer.batch import TrainBatch
-from trainer.pixels import Pixels, is_vision_model
+from trainer.pixels import Pixels, is_vision_model, merged_embeddings
 
 LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj"]
 VISION_LORA_TARGETS = r".*text_model.*\.(q_proj|k_proj|v_proj|o_proj)"  # not the vision tower
@@ -86,22 +86,23 @@ class CPUBackend(TrainerBackend):
     def _logprobs(self, batch: TrainBatch, rows: slice) -> torch.Tensor:
         indices = range(batch.size)[rows]
         if not any(batch.images_of(i) for i in indices):
-            return self._forward(batch.input_ids[rows], batch.attention_mask[rows], {})
-        # Rows with images: one forward pass each, with that row's pixels.
-        return torch.cat(
-            [
-                self._forward(
-                    batch.input_ids[i : i + 1],
-                    batch.attention_mask[i : i + 1],
-                    self._pixels(batch.images_of(i)),
-                )
-                for i in indices
-            ]
+            return self._forward(batch.input_ids[rows], batch.attention_mask[rows])
+        # Rows with images: one forward pass each, the images' features in that row's prompt.
+        return torch.cat([self._forward_with_images(batch, i) for i in indices])
+
+    def _forward_with_images(self, batch: TrainBatch, row: int) -> torch.Tensor:
+        ids, attention = batch.input_ids[row : row + 1], batch.attention_mask[row : row + 1]
+        image_ids = batch.images_of(row)
+        if not image_ids:
+            return self._forward(ids, attention)
+        generated = torch.zeros_like(ids, dtype=torch.bool)
+        generated[0, 1:] = batch.response_mask[row] > 0
+        embeds = merged_embeddings(
+            self.model, ids, ~generated & (attention > 0), self._pixels(image_ids)
         )
+        return self._forward(ids, attention, embeds)
 
     def _pixels(self, image_ids: list[str]) -> dict[str, torch.Tensor]:
-        if not image_ids:
-            return {}
         if self.pixels is None:
             raise ConfigError(
                 "a sample has images but the policy is a text model: train a vision-language "
@@ -110,9 +111,13 @@ class CPUBackend(TrainerBackend):
         return self.pixels.of(image_ids)
 
     def _forward(
-        self, ids: torch.Tensor, attention: torch.Tensor, pixels: dict[str, torch.Tensor]
+        self, ids: torch.Tensor, attention: torch.Tensor, embeds: torch.Tensor | None = None
     ) -> torch.Tensor:
-        logits = self.model(input_ids=ids, attention_mask=attention, **pixels).logits
+        """Logprobs of ``ids[:, 1:]``; the input is ``embeds`` when given (images merged in)."""
+        if embeds is None:
+            logits = self.model(input_ids=ids, attention_mask=attention).logits
+        else:
+            logits = self.model(inputs_embeds=embeds, attention_mask=attention).logits
         logp = torch.log_softmax(logits[:, :-1].float(), dim=-1)
         return logp.gather(-1, ids[:, 1:].unsqueeze(-1)).squeeze(-1)
 
