@@ -3,7 +3,7 @@
 A sample with images holds only their placeholder tokens and their hashes (``Sample.image_ids``);
 the trainer reads each image back from the proxy's image store (:mod:`infra.image_store`) and
 runs the model's own image processor on it, as the engine did, so the trainer's logprobs are
-the engine's up to numerics (tests/trainer/test_pixels.py compares them on the real engine's
+the engine's up to numerics (tests/trainer/test_cpu_vlm.py compares them on the real engine's
 tokens). The processor is built from the model directory's ``processor_config.json`` with its
 PIL implementation (no torchvision); Idefics3's is the one supported (``infra/tiny_vlm.py``).
 """
