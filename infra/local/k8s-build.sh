@@ -4,19 +4,22 @@
 # kube-scheduler and the kubelet (a wrapper module with `tool` lines: `go install
 # k8s.io/kubernetes/...@v` is refused because of its replace directives), kwok, and the pause
 # program of a real node's pod sandboxes, kube-router (the node's NetworkPolicy agent) and
-# kube-proxy (its Service routing). Copies kwok's stage definitions to DIR/kwok-stages.
+# kube-proxy (its Service routing), and CoreDNS (its cluster DNS). Copies kwok's stage
+# definitions to DIR/kwok-stages.
 # Versions come from the environment (infra/versions.env); GOMODCACHE/GOCACHE from the caller.
-# PARTS (after DIR; default all): etcd kube kwok node registry services. `node` (the kubelet,
+# PARTS (after DIR; default all): etcd kube kwok node registry services dns. `node` (the kubelet,
 # pause, kube-router) alone upgrades a control plane built before the real node existed; `registry`
 # (an OCI image registry, CNCF distribution, for `openforge tasks build --push`) one built before
-# it; `services` (kube-proxy) one built before the node routed Services.
+# it; `services` (kube-proxy) one built before the node routed Services; `dns` (CoreDNS) one
+# built before the node had a cluster DNS.
 set -euo pipefail
 DIR=$1; shift
-PARTS=${*:-etcd kube kwok node registry services}
+PARTS=${*:-etcd kube kwok node registry services dns}
 want() { [[ " $PARTS " == *" $1 "* ]]; }
 # (a caller that predates the registry pin does not pass it: read it from the pins)
 : "${REGISTRY_VERSION:=$(sed -n 's/^REGISTRY_VERSION=//p' "$(dirname "$0")/../versions.env")}"
-: "${K8S_VERSION:?}" "${ETCD_VERSION:?}" "${KWOK_VERSION:?}" "${KUBE_ROUTER_VERSION:?}" "${REGISTRY_VERSION:?}"
+: "${COREDNS_VERSION:=$(sed -n 's/^COREDNS_VERSION=//p' "$(dirname "$0")/../versions.env")}"
+: "${K8S_VERSION:?}" "${ETCD_VERSION:?}" "${KWOK_VERSION:?}" "${KUBE_ROUTER_VERSION:?}" "${REGISTRY_VERSION:?}" "${COREDNS_VERSION:?}"
 BIN=$DIR/bin SRC=$DIR/src
 export GOMAXPROCS=${GOMAXPROCS:-2} GOFLAGS="${GOFLAGS:-} -p=1"
 NICE="nice -n 19"
@@ -109,6 +112,38 @@ log "registry (distribution) $REGISTRY_VERSION"
 GOBIN=$BIN CGO_ENABLED=0 $NICE go install -trimpath -ldflags='-s -w' \
   "github.com/distribution/distribution/v3/cmd/registry@$REGISTRY_VERSION"
 touch "$BIN/.registry-$REGISTRY_VERSION"
+fi
+
+if want dns; then
+# The cluster DNS: CoreDNS with only the plugins the node's Corefile uses (infra/local/kube_dns.py),
+# the way CoreDNS documents a build of chosen plugins (its directive list set before main).
+log "coredns $COREDNS_VERSION"
+mkdir -p "$SRC/dns"; cd "$SRC/dns"
+cat > main.go <<'GO'
+package main
+
+import (
+	"github.com/coredns/coredns/core/dnsserver"
+	_ "github.com/coredns/coredns/plugin/bind"
+	_ "github.com/coredns/coredns/plugin/errors"
+	_ "github.com/coredns/coredns/plugin/forward"
+	_ "github.com/coredns/coredns/plugin/health"
+	_ "github.com/coredns/coredns/plugin/kubernetes"
+	_ "github.com/coredns/coredns/plugin/log"
+	_ "github.com/coredns/coredns/plugin/ready"
+	"github.com/coredns/coredns/coremain"
+)
+
+func init() {
+	dnsserver.Directives = []string{"bind", "health", "ready", "errors", "log", "kubernetes", "forward"}
+}
+
+func main() { coremain.Run() }
+GO
+printf 'module localdns\n\ngo 1.26.0\n\nrequire github.com/coredns/coredns %s\n' "$COREDNS_VERSION" > go.mod
+$NICE go mod tidy
+CGO_ENABLED=0 $NICE go build -trimpath -ldflags='-s -w' -o "$BIN/coredns" .
+touch "$BIN/.coredns-$COREDNS_VERSION"
 fi
 
 if want kwok; then

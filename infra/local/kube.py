@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from infra import paths
+from infra.local.kube_dns import rbac_objects as dns_rbac
 from infra.local.kube_node import NodeKubeconfigs, RealNode
 from infra.local.kube_pki import REAL_NODE, make_pki
 from infra.local.kwok_stages import stages_yaml
@@ -125,7 +126,7 @@ class LocalKube(LocalService):
 
     def _write_kubeconfig(self) -> None:
         p = self.pki
-        for user in ("admin", "node-0", "kube-proxy"):
+        for user in ("admin", "node-0", "kube-proxy", "cluster-dns"):
             self.kubeconfig_of(user).write_text(
                 "apiVersion: v1\nkind: Config\n"
                 f"clusters:\n- name: local\n  cluster: {{server: '{self.server}', "
@@ -157,7 +158,10 @@ class LocalKube(LocalService):
                 kubelet=self.kubeconfig_of("node-0"),
                 service_proxy=self.kubeconfig_of("kube-proxy"),
                 policy_agent=self.kubeconfig,
+                cluster_dns=self.kubeconfig_of("cluster-dns"),
             )
+            for collection, obj in dns_rbac():
+                self._request("POST", collection, obj)
             self.real_node = RealNode(
                 self.root / "node-0", kubeconfigs, self.pki / "ca.crt", bin_dir, REAL_NODE
             )

@@ -10,11 +10,12 @@ kubelet's root, certificates and ports. The pod sandbox ("pause") image cannot b
 registry is reachable): it is made from the static program ``scripts/setup k8s`` builds. Images
 come from the local image store (:mod:`infra.images`), exported as OCI archives and imported
 into containerd's ``k8s.io`` namespace; pods run them with ``imagePullPolicy: IfNotPresent``.
-Once the node is registered, kube-router enforces NetworkPolicies (:mod:`infra.local.kube_netpol`)
-and kube-proxy routes Services' cluster IPs (:mod:`infra.local.kube_services`). The kubelet and
-kube-proxy each hold a credential of their own (:class:`NodeKubeconfigs`): the kubelet is
-``system:node:<name>``, which the API server's Node authorizer and NodeRestriction admission
-bound to its node and its pods' objects.
+Once the node is registered, kube-router enforces NetworkPolicies (:mod:`infra.local.kube_netpol`),
+kube-proxy routes Services' cluster IPs (:mod:`infra.local.kube_services`) and CoreDNS, the
+kubelet's ``clusterDNS``, resolves their names (:mod:`infra.local.kube_dns`). The kubelet,
+kube-proxy and CoreDNS each hold a credential of their own (:class:`NodeKubeconfigs`): the
+kubelet is ``system:node:<name>``, which the API server's Node authorizer and NodeRestriction
+admission bound to its node and its pods' objects.
 
 What this machine needs, set here (``../shared/notes/platform.md`` section 11):
 
@@ -47,6 +48,7 @@ from typing import Any
 
 from infra.images import ImageStore
 from infra.images.sinks import ContainerdSink
+from infra.local.kube_dns import DOMAIN, ClusterDNS
 from infra.local.kube_netpol import PolicyAgent
 from infra.local.kube_services import ServiceRouting
 from infra.local.process import ServiceProcess, free_port, healthz, kill_tagged, tail
@@ -76,6 +78,7 @@ class NodeKubeconfigs:
     kubelet: Path  # system:node:NAME in system:nodes: the Node authorizer, NodeRestriction
     service_proxy: Path  # system:kube-proxy: the bootstrap RBAC's system:node-proxier
     policy_agent: Path  # kube-router: the admin's (no ClusterRole of its own is made for it)
+    cluster_dns: Path  # CoreDNS: infra.local.kube_dns.USER, read-only on Services and the like
 
 
 class RealNode:
@@ -113,6 +116,10 @@ class RealNode:
             bin_dir / "kube-proxy", kubeconfigs.service_proxy, name, self.subnet,
             self.logs / "kube-proxy.log",
         )  # fmt: skip
+        self.dns = ClusterDNS(
+            bin_dir / "coredns", kubeconfigs.cluster_dns, self.gateway, self.root / "dns",
+            self.logs / "coredns.log",
+        )  # fmt: skip
 
     # -- where things are ------------------------------------------------------------------------
     @property
@@ -137,7 +144,7 @@ class RealNode:
                 "a real node runs containers with containerd and runc, which need root here: "
                 "run as root, or use kwok nodes (LocalKube(nodes=N), the default)"
             )
-        for binary in ("kubelet", "pause", "kube-router", "kube-proxy"):
+        for binary in ("kubelet", "pause", "kube-router", "kube-proxy", "coredns"):
             if not (self.bin_dir / binary).exists():
                 raise SetupError(
                     f"{self.bin_dir / binary} is missing: run `scripts/setup k8s` (it adds the "
@@ -267,7 +274,8 @@ state = "{c / "state"}"
             "healthzBindAddress": "127.0.0.1", "healthzPort": self.healthz_port,
             "evictionHard": {}, "imageGCHighThresholdPercent": 100,
             "imageGCLowThresholdPercent": 99,
-            "resolvConf": "", "localStorageCapacityIsolation": True,
+            "resolvConf": "", "clusterDNS": [self.gateway], "clusterDomain": DOMAIN,
+            "localStorageCapacityIsolation": True,
             "serializeImagePulls": False, "nodeStatusReportFrequency": "10s",
             "syncFrequency": "10s", "fileCheckFrequency": "10s",
         }  # fmt: skip
@@ -289,10 +297,12 @@ state = "{c / "state"}"
         return healthz(self.healthz_port)
 
     def start_agents(self) -> None:
-        """The NetworkPolicy agent (:mod:`infra.local.kube_netpol`) and the Service routing
-        (:mod:`infra.local.kube_services`), once the node is registered: they read its Node."""
+        """The NetworkPolicy agent (:mod:`infra.local.kube_netpol`), the Service routing
+        (:mod:`infra.local.kube_services`) and the cluster DNS (:mod:`infra.local.kube_dns`),
+        once the node is registered: the first two read its Node."""
         self.policy.start()
         self.services.start()
+        self.dns.start()
 
     def check_alive(self) -> None:
         for proc in (self._containerd, self._kubelet):
@@ -300,6 +310,7 @@ state = "{c / "state"}"
                 proc.check_alive()
         self.policy.check_alive()
         self.services.check_alive()
+        self.dns.check_alive()
 
     def restart_kubelet(self, down_s: float = 0.0) -> None:
         """Stop the kubelet, wait ``down_s``, start it again (a fault: its pods keep running)."""
@@ -319,6 +330,7 @@ state = "{c / "state"}"
     def stop(self) -> None:
         """Stop the kubelet, remove every container and sandbox, stop containerd, and leave
         nothing: no process, mount, bridge, firewall rule or file of the node's."""
+        self.dns.stop()
         self.services.stop()
         self.policy.stop()
         if self._kubelet is not None:

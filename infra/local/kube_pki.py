@@ -1,6 +1,6 @@
 """The local control plane's certificates: a cluster CA and what it signs (the API server's
-serving certificate; the admin's, the real node's kubelet's and kube-proxy's client
-certificates), a separate front-proxy CA, and the service-account key pair."""
+serving certificate; the admin's, the real node's kubelet's, kube-proxy's and the cluster
+DNS's client certificates), a separate front-proxy CA, and the service-account key pair."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from infra.local.kube_dns import USER as DNS_USER
 from schemas.errors import ServiceError
 
 REAL_NODE = "openforge-node-0"  # the real node's name (its kubelet's certificate names it)
@@ -31,9 +32,9 @@ def _sign(pki: Path, name: str, subject: str, ext: str, ca: str = "ca") -> None:
 
 
 def make_pki(pki: Path) -> None:
-    """A cluster CA with an apiserver and an admin certificate, the real node's kubelet and
-    kube-proxy certificates, a separate front-proxy CA (the aggregation layer's, which must not
-    be the client CA), and a service-account key pair."""
+    """A cluster CA with an apiserver and an admin certificate, the real node's kubelet,
+    kube-proxy and cluster DNS certificates, a separate front-proxy CA (the aggregation layer's,
+    which must not be the client CA), and a service-account key pair."""
     pki.mkdir(parents=True, exist_ok=True)
     for ca, cn in (("ca", "openforge-local-ca"), ("front-proxy-ca", "front-proxy-ca")):
         _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{ca}.key",
@@ -50,6 +51,7 @@ def make_pki(pki: Path) -> None:
     _sign(pki, "node-0", f"/O=system:nodes/CN=system:node:{REAL_NODE}",
           "extendedKeyUsage=clientAuth")  # fmt: skip
     _sign(pki, "kube-proxy", "/CN=system:kube-proxy", "extendedKeyUsage=clientAuth")
+    _sign(pki, "cluster-dns", f"/CN={DNS_USER}", "extendedKeyUsage=clientAuth")  # its own RBAC
     _sign(pki, "front-proxy-client", "/CN=front-proxy-client", "extendedKeyUsage=clientAuth",
           ca="front-proxy-ca")  # fmt: skip
     _openssl("genrsa", "-out", "sa.key", "2048", cwd=pki)

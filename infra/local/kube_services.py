@@ -1,8 +1,7 @@
 """The real node's Service routing: kube-proxy in iptables mode, built by ``scripts/setup k8s``,
 which turns each Service's cluster IP and port into DNAT rules to the ready pods behind it. A
 Service's cluster IP then reaches its pods from this machine and from every pod on the node,
-as on any cluster (there is no cluster DNS: a pod names a Service by its cluster IP, or through
-``hostAliases``).
+as on any cluster; the cluster DNS (:mod:`infra.local.kube_dns`) gives pods their names.
 
 The node's bridge passes bridged traffic through iptables (``net.bridge.bridge-nf-call-iptables``),
 so a pod's reply to another pod that called it by a cluster IP is translated back on the way

@@ -100,7 +100,8 @@ def up(
                 console.print(
                     f"[green]node[/]   {node.name}: pods reach this machine at {node.gateway}; "
                     f"task images: --kube-image-sink {node.sink.url}; NetworkPolicy enforced "
-                    f"(kube-router): --kube-egress-canary {node.policy.canary}",
+                    f"(kube-router): --kube-egress-canary {node.policy.canary}; Services by "
+                    f"cluster IP (kube-proxy) and name (cluster DNS at {node.gateway}:53)",
                     soft_wrap=True,
                 )
             else:

@@ -14,8 +14,9 @@ contexts, Services and secrets.
   claims (the namespace's Pod Security level is the manifests').
 - **Kafka** is this machine's broker (listening on the node's gateway); its URL replaces the
   in-cluster bootstrap address.
-- **Services**: the node routes cluster IPs (kube-proxy), but there is no cluster DNS: the
-  Services the pods call get fixed cluster IPs, and ``hostAliases`` give their in-cluster names.
+- **Services** are the manifests' own: the node routes their cluster IPs (kube-proxy) and
+  resolves their names (CoreDNS, the kubelet's cluster DNS), so the pods call
+  ``openforge-vllm.openforge.svc.cluster.local`` as on any cluster.
 - **Sizes**: CPU vLLM flags (float32, eager, a small KV cache), the trainer's CPU reference
   backend on one torchrun process, requests that fit a laptop, no GPU; and the time settings of
   a test (sessions idle after seconds, not half an hour).
@@ -42,7 +43,6 @@ from schemas.errors import ConfigError, SetupError
 
 SERVE = Path(__file__).resolve().parents[2] / "infra" / "k8s" / "serve"
 NAMESPACE = "openforge"
-PROXY_IP, VLLM_IP = "10.96.100.10", "10.96.100.11"  # in the local control plane's 10.96.0.0/12
 _IMAGE = "ghcr.io/openforge/openforge"  # the placeholder the images component sets
 _VLLM_IMAGE = "vllm/vllm-openai"
 _WORKLOADS = {  # name -> (kind, container)
@@ -150,7 +150,7 @@ def _args_patch(rendered: list[dict[str, Any]], name: str, flags: dict[str, str]
 
 def _install_patch(name: str, s: LocalSettings, env: dict[str, str], memory: str) -> dict[str, Any]:
     """The strategic-merge patch of one workload: the install's claims mounted at their paths,
-    ``env``, small requests, no GPU, and the Services' names for the fixed cluster IPs."""
+    ``env``, small requests, no GPU."""
     kind, container = _WORKLOADS[name]
     mounts = [{"name": f"install-{i}", "mountPath": str(p), "readOnly": True}
               for i, p in enumerate(s.install.mounts)]  # fmt: skip
@@ -161,12 +161,7 @@ def _install_patch(name: str, s: LocalSettings, env: dict[str, str], memory: str
         "requests": {"cpu": "50m", "memory": "256Mi", "nvidia.com/gpu": None},
         "limits": {"cpu": "2", "memory": memory, "nvidia.com/gpu": None},
     }
-    aliases = [
-        {"ip": PROXY_IP, "hostnames": [f"openforge-proxy.{NAMESPACE}.svc.cluster.local"]},
-        {"ip": VLLM_IP, "hostnames": [f"openforge-vllm.{NAMESPACE}.svc.cluster.local"]},
-    ]
     spec = {
-        "hostAliases": aliases,
         "volumes": volumes,
         "containers": [{
             "name": container, "volumeMounts": mounts, "resources": resources,
@@ -273,9 +268,6 @@ def _patches(rendered: list[dict[str, Any]], s: LocalSettings) -> list[dict[str,
         out.append(
             {"target": {"kind": _WORKLOADS[name][0], "name": name}, "patch": json.dumps(ops)}
         )
-    for name, ip in (("openforge-proxy", PROXY_IP), ("openforge-vllm", VLLM_IP)):
-        op = [{"op": "add", "path": "/spec/clusterIP", "value": ip}]
-        out.append({"target": {"kind": "Service", "name": name}, "patch": json.dumps(op)})
     return out
 
 

@@ -223,8 +223,9 @@ def _probe(core: Any, ns: str, name: str, urls: dict[str, str], labels: dict[str
 def test_a_rollout_pod_reaches_the_proxy_and_nothing_else(real_kube: LocalKube, core: Any) -> None:
     """The backend's NetworkPolicy, enforced on the node by its policy agent: a rollout pod
     reaches the proxy's port and is refused everything else this machine serves (another port
-    at the gateway, the kubelet, this machine's other address, another pod); the same probes
-    from a namespace without the policy reach them all, so the refusals are the policy's."""
+    at the gateway, the kubelet, the cluster DNS, this machine's other address, another pod);
+    the same probes from a namespace without the policy reach them all, so the refusals are the
+    policy's."""
     from kubernetes import client
 
     from orchestrator.kube_objects import ROLE, network_policy
@@ -256,6 +257,7 @@ def test_a_rollout_pod_reaches_the_proxy_and_nothing_else(real_kube: LocalKube, 
         "other port": f"http://{node.gateway}:{other.port}/",
         "machine": f"http://{machine}:{other.port}/",
         "kubelet": f"http://{node.gateway}:{node.port}/",
+        "cluster DNS": f"http://{node.gateway}:53/",  # CoreDNS's TCP port
         "peer pod": f"http://{ip}:8080/",
     }
     time.sleep(1.0)  # the peer's server
@@ -263,9 +265,11 @@ def test_a_rollout_pod_reaches_the_proxy_and_nothing_else(real_kube: LocalKube, 
     assert free["proxy"] == proxy.token and free["other port"] == other.token
     assert free["machine"] == other.token and "refused" not in free["peer pod"]
     assert free["kubelet"] != "refused"  # it answers (a TLS port spoken to in plain HTTP)
+    assert free["cluster DNS"] != "refused"  # (a DNS port spoken to in HTTP)
     confined = _probe(core, NS, "confined", urls, {ROLE: "rollout"}, canary=node.policy.canary)
     assert confined == {"proxy": proxy.token, "other port": "refused", "machine": "refused",
-                        "kubelet": "refused", "peer pod": "refused"}, confined  # fmt: skip
+                        "kubelet": "refused", "cluster DNS": "refused",
+                        "peer pod": "refused"}, confined  # fmt: skip
     core.delete_namespaced_pod("peer", "open", grace_period_seconds=0)
 
 

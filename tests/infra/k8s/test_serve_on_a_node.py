@@ -25,7 +25,6 @@ from infra.local.kube import LocalKube
 from openforge.query.lineage import consumed
 from openforge.testing.kube_serve import (
     NAMESPACE,
-    PROXY_IP,
     HostInstall,
     LocalSettings,
     runtime_image,
@@ -96,12 +95,15 @@ def _model(tiny_model_dir: Path, data: Path) -> None:
         path.chmod(0o755 if path.is_dir() else 0o644)
 
 
-def _users(tmp_path: Path, until_version: int) -> dict[str, int]:
-    """``openforge traffic`` through the proxy's Service until the proxy stamps
-    ``until_version``: sessions in the three dialects, every one with feedback."""
+def _users(kube: LocalKube, tmp_path: Path, until_version: int) -> dict[str, int]:
+    """``openforge traffic`` through the proxy's Service (its cluster IP: this machine has no
+    cluster DNS, its pods have) until the proxy stamps ``until_version``: sessions in the three
+    dialects, every one with feedback."""
+    ip = _kubectl(kube, "-n", NAMESPACE, "get", "service", "openforge-proxy",
+                  "-o", "jsonpath={.spec.clusterIP}")  # fmt: skip
     users = subprocess.run(
         [str(Path(sys.prefix) / "bin" / "openforge"), "traffic",
-         "--proxy", f"http://{PROXY_IP}:8000", "--until-version", str(until_version),
+         "--proxy", f"http://{ip}:8000", "--until-version", str(until_version),
          "--sessions", "60", "--users", "2", "--turns", "2", "--feedback-fraction", "1",
          "--feedback-delay", "1", "--max-tokens", "8", "--feedback-token-file", "feedback-token"],
         cwd=tmp_path, capture_output=True, text=True, timeout=600,
@@ -153,7 +155,7 @@ def test_the_serve_manifests_run_on_a_real_node_and_the_served_policy_advances(
         }
         _serving(real_kube, 300)
         (tmp_path / "feedback-token").write_text(settings.feedback_token + "\n")
-        first = _users(tmp_path, until_version=1)
+        first = _users(real_kube, tmp_path, until_version=1)
         assert first["policy_version"] >= 1 and first["calls_answered"] >= 2, first
         # The trainer (its pod) wrote its updates to the runs volume; each episode once.
         trained = _trained(data)
@@ -175,7 +177,7 @@ def test_the_serve_manifests_run_on_a_real_node_and_the_served_policy_advances(
         _kubectl(real_kube, "-n", NAMESPACE, "delete", "pod", "openforge-trainer-0")
         _wait_ready(real_kube, 300)
         _serving(real_kube, 300)
-        second = _users(tmp_path, until_version=first["policy_version"] + 2)
+        second = _users(real_kube, tmp_path, until_version=first["policy_version"] + 2)
         again = _trained(data)
         assert len(again) == len(set(again)) > len(trained), again
         assert second["policy_version"] >= first["policy_version"] + 2, second
