@@ -29,6 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from bench import apiserver_profile
 from infra.harnesses import NoOp
 from infra.local.kube import LocalKube
 from infra.local.kwok_stages import AGENT_MESSAGE, VERIFIER_MESSAGE
@@ -56,15 +57,20 @@ def _left(core: Any, label: str) -> int:
     )  # fmt: skip
 
 
-def run(rollouts: int, concurrency: int, tmp: Path, delete_batch: int = 64) -> dict[str, Any]:
+def run(
+    rollouts: int, concurrency: int, tmp: Path, delete_batch: int = 64, profile_s: int = 0
+) -> dict[str, Any]:
+    """One launch on a fresh control plane; with ``profile_s``, the API server's CPU profile of
+    the launch's first ``profile_s`` seconds, summarized (:mod:`bench.apiserver_profile`)."""
     from kubernetes import client
 
     task = load_task(TASK)
     harness = NoOp()
     # Ten nodes of 110 pods (Kubernetes' default per node), room for every pod at once.
     with LocalKube(
-        tmp / "kube", nodes=10, node_pods=110, node_cpus=128, node_memory_gi=512
-    ) as kube:
+        tmp / "kube", nodes=10, node_pods=110, node_cpus=128, node_memory_gi=512,
+        apiserver_args=apiserver_profile.FLAGS if profile_s else (),
+    ) as kube:  # fmt: skip
         api = kube.api()
         core: Any = client.CoreV1Api(api)
         core.create_namespace({"metadata": {"name": NS}})
@@ -93,6 +99,8 @@ def run(rollouts: int, concurrency: int, tmp: Path, delete_batch: int = 64) -> d
         backend.prepare()  # the run's set-up (anchor, NetworkPolicy, watch) before the clock
         cpu0, own0 = kube.cpu_seconds(), resource.getrusage(resource.RUSAGE_SELF)
         start = time.monotonic()
+        profiling = apiserver_profile.start(kube, profile_s, tmp / "apiserver.pprof") if (
+            profile_s) else None  # fmt: skip
         with ThreadPoolExecutor(concurrency) as pool:
             spans = list(pool.map(one, range(rollouts)))
         verified_at = time.monotonic()
@@ -108,6 +116,15 @@ def run(rollouts: int, concurrency: int, tmp: Path, delete_batch: int = 64) -> d
         )
         stats = backend.watch_stats
         per = [end - begin for begin, end in spans]
+        profile: dict[str, Any] = {}
+        if profiling is not None:
+            profiling.join()
+            profile = {
+                "apiserver_profile": {
+                    "seconds": profile_s,
+                    **apiserver_profile.summarize(tmp / "apiserver.pprof"),
+                }
+            }
         return {
             "delete_batch": delete_batch,
             "rollouts": rollouts,
@@ -125,6 +142,7 @@ def run(rollouts: int, concurrency: int, tmp: Path, delete_batch: int = 64) -> d
             "watch": vars(stats),
             "cpu_ms_per_rollout": {k: round(1000 * v / rollouts, 1) for k, v in cpu.items()},
             "cpu_s_total": round(sum(cpu.values()), 1),
+            **profile,
         }
 
 
@@ -137,11 +155,18 @@ def main() -> None:
         help="first the same launch with each rollout's Pod and Secret deleted at once "
         "(delete_batch 1), each on a fresh control plane, and their ratios",
     )  # fmt: skip
+    parser.add_argument(
+        "--apiserver-profile", type=int, default=0, metavar="SECONDS",
+        help="a CPU profile of the API server over the launch's first SECONDS, attributed to "
+        "request kinds and mechanisms (bench/apiserver_profile.py; needs the go command)",
+    )  # fmt: skip
     args = parser.parse_args()
     results = []
     for batch in [1, 64] if args.baseline else [64]:
         with tempfile.TemporaryDirectory(prefix="bench-k8s-") as tmp:
-            results.append(run(args.rollouts, args.concurrency, Path(tmp), batch))
+            results.append(
+                run(args.rollouts, args.concurrency, Path(tmp), batch, args.apiserver_profile)
+            )
         print(json.dumps(results[-1], indent=2), flush=True)
     if len(results) == 2:
         base, new = results
