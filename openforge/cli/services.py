@@ -100,8 +100,12 @@ def up(
                 console.print(
                     f"[green]node[/]   {node.name}: pods reach this machine at {node.gateway}; "
                     f"task images: --kube-image-sink {node.sink.url}; NetworkPolicy enforced "
-                    f"(kube-router): --kube-egress-canary {node.policy.canary}; Services by "
-                    f"cluster IP (kube-proxy) and name (cluster DNS at {node.gateway}:53)",
+                    f"(kube-router): --kube-egress-canary {node.policy.canary}",
+                    soft_wrap=True,
+                )
+                console.print(
+                    f"[green]dns[/]    pods reach Services by name (CoreDNS at {node.gateway}:53) "
+                    "and by cluster IP (kube-proxy)",
                     soft_wrap=True,
                 )
             else:
