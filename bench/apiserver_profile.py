@@ -123,16 +123,19 @@ def _category(frames: list[str], table: list[tuple[str, tuple[str, ...]]]) -> st
 
 
 def summarize(profile: Path, top: int = 12) -> dict[str, object]:
-    """The profile's CPU seconds, their shares by request kind and by mechanism (percent), and
-    its ``top`` functions by their own time."""
+    """The profile's CPU seconds, their shares by request kind, by mechanism and by both (the
+    ``top`` pairs), in percent, and its ``top`` functions by their own time."""
     samples = traces(profile)
     total = sum(s for s, _ in samples) or 1.0
     kinds: defaultdict[str, float] = defaultdict(float)
     mechanisms: defaultdict[str, float] = defaultdict(float)
     flat: defaultdict[str, float] = defaultdict(float)
+    both: defaultdict[str, float] = defaultdict(float)
     for seconds, frames in samples:
-        kinds[_category(frames, KINDS)] += seconds
-        mechanisms[_category(frames, MECHANISMS)] += seconds
+        kind, mechanism = _category(frames, KINDS), _category(frames, MECHANISMS)
+        kinds[kind] += seconds
+        mechanisms[mechanism] += seconds
+        both[f"{kind} / {mechanism}"] += seconds
         flat[frames[0]] += seconds
 
     def shares(seconds: dict[str, float], n: int | None = None) -> dict[str, float]:
@@ -143,5 +146,6 @@ def summarize(profile: Path, top: int = 12) -> dict[str, object]:
         "cpu_s": round(total, 2),
         "by_request_kind_pct": shares(kinds),
         "by_mechanism_pct": shares(mechanisms),
+        "top_kind_and_mechanism_pct": shares(both, top),
         "top_own_time_pct": shares(flat, top),
     }

@@ -99,8 +99,9 @@ def run(
         backend.prepare()  # the run's set-up (anchor, NetworkPolicy, watch) before the clock
         cpu0, own0 = kube.cpu_seconds(), resource.getrusage(resource.RUSAGE_SELF)
         start = time.monotonic()
-        profiling = apiserver_profile.start(kube, profile_s, tmp / "apiserver.pprof") if (
-            profile_s) else None  # fmt: skip
+        kept = Path("runs") / "bench-k8s" / f"apiserver-batch{delete_batch}.pprof"
+        kept.parent.mkdir(parents=True, exist_ok=True)
+        profiling = apiserver_profile.start(kube, profile_s, kept) if profile_s else None
         with ThreadPoolExecutor(concurrency) as pool:
             spans = list(pool.map(one, range(rollouts)))
         verified_at = time.monotonic()
@@ -121,8 +122,9 @@ def run(
             profiling.join()
             profile = {
                 "apiserver_profile": {
+                    "file": str(kept),
                     "seconds": profile_s,
-                    **apiserver_profile.summarize(tmp / "apiserver.pprof"),
+                    **apiserver_profile.summarize(kept),
                 }
             }
         return {
@@ -158,7 +160,8 @@ def main() -> None:
     parser.add_argument(
         "--apiserver-profile", type=int, default=0, metavar="SECONDS",
         help="a CPU profile of the API server over the launch's first SECONDS, attributed to "
-        "request kinds and mechanisms (bench/apiserver_profile.py; needs the go command)",
+        "request kinds and mechanisms (bench/apiserver_profile.py; needs the go command); "
+        "kept in runs/bench-k8s/ for `go tool pprof`",
     )  # fmt: skip
     args = parser.parse_args()
     results = []
