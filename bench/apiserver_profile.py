@@ -24,6 +24,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from infra.local.kube import LocalKube
+from schemas.errors import ServiceError, SetupError
 
 FLAGS = ("--profiling=true",)  # the local API server's (LocalKube turns its profiling off)
 
@@ -72,6 +73,7 @@ class Profiling:
 
     def _fetch(self, url: str, context: ssl.SSLContext, seconds: int) -> None:
         try:
+            self.out.parent.mkdir(parents=True, exist_ok=True)
             with urllib.request.urlopen(url, context=context, timeout=seconds + 60) as resp:
                 self.out.write_bytes(resp.read())
         except BaseException as exc:  # handed to the caller by join()
@@ -81,7 +83,7 @@ class Profiling:
         """Wait for the profile; its file (or the error that kept it from being taken)."""
         self._thread.join()
         if self._error is not None:
-            raise RuntimeError(f"the API server's profile was not taken: {self._error}")
+            raise ServiceError(f"the API server's profile was not taken: {self._error}")
         return self.out
 
 
@@ -96,7 +98,7 @@ def traces(profile: Path) -> list[tuple[float, list[str]]]:
     """Each sample of ``profile`` as (CPU seconds, its frames from the leaf to the root)."""
     go = shutil.which("go")
     if go is None:
-        raise RuntimeError("reading a Go profile needs the go command (Go 1.26, as scripts/setup)")
+        raise SetupError("reading a Go profile needs the go command (Go 1.26, as scripts/setup)")
     text = subprocess.run(
         [go, "tool", "pprof", "-traces", str(profile)],
         capture_output=True, text=True, check=True,

@@ -100,7 +100,6 @@ def run(
         cpu0, own0 = kube.cpu_seconds(), resource.getrusage(resource.RUSAGE_SELF)
         start = time.monotonic()
         kept = Path("runs") / "bench-k8s" / f"apiserver-batch{delete_batch}.pprof"
-        kept.parent.mkdir(parents=True, exist_ok=True)
         profiling = apiserver_profile.start(kube, profile_s, kept) if profile_s else None
         with ThreadPoolExecutor(concurrency) as pool:
             spans = list(pool.map(one, range(rollouts)))

@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 from infra.local.process import ServiceProcess, free_port
-from schemas.errors import SetupError
 
 DOMAIN = "cluster.local"
 USER = "system:openforge:cluster-dns"  # its certificate's CN (infra/local/kube_pki.py)
@@ -69,13 +68,6 @@ class ClusterDNS:
         self.health_port, self.ready_port = free_port(), free_port()
         self._process: ServiceProcess | None = None
 
-    def preflight(self) -> None:
-        if not self.binary.exists():
-            raise SetupError(
-                f"{self.binary} is missing: run `scripts/setup k8s` (it adds the cluster DNS, "
-                "CoreDNS, to a control plane built before it, ~3 minutes)"
-            )
-
     def corefile(self) -> str:
         """The cluster's zone (and reverse lookups of its addresses) from the API server;
         every other name forwarded to this machine's resolver."""
@@ -97,7 +89,8 @@ class ClusterDNS:
 """
 
     def start(self) -> None:
-        self.preflight()
+        """Start CoreDNS (its binary checked by :meth:`RealNode.preflight`) and wait until its
+        kubernetes plugin has synced."""
         self.root.mkdir(parents=True, exist_ok=True)
         conf = self.root / "Corefile"
         conf.write_text(self.corefile())
