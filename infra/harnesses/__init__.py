@@ -12,8 +12,10 @@ from infra.harnesses.base import (
     Invocation,
     Network,
     NpmHarness,
+    PromptProfile,
     Report,
     RolloutDirs,
+    ShellTool,
     Surface,
 )
 from infra.harnesses.browser import Browser, BrowserAnthropic
@@ -61,8 +63,10 @@ __all__ = [
     "NpmHarness",
     "OpenClaw",
     "Oracle",
+    "PromptProfile",
     "Report",
     "RolloutDirs",
+    "ShellTool",
     "Surface",
     "harness",
     "model_harnesses",

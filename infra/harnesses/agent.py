@@ -27,6 +27,7 @@ from infra.harnesses.base import (
     Invocation,
     Report,
     RolloutDirs,
+    ShellTool,
     json_objects,
 )
 from infra.harnesses.python_files import python_files
@@ -145,6 +146,7 @@ def _links(path: Path) -> list[Path]:
 class Agent(Harness):
     name = "agent"
     dialect = Dialect.CHAT
+    shell_tool = ShellTool("shell", "command")
     packages: ClassVar[tuple[str, ...]] = ("openai",)  # what its script imports, beyond stdlib
 
     def __init__(

@@ -44,6 +44,33 @@ class Network(StrEnum):
     PROXY = "proxy"  # the capture proxy only (its per-rollout URL), nothing else
 
 
+class PromptProfile(StrEnum):
+    """How much of its own prompt an npm harness sends, set only through its documented
+    settings (for the version pinned in ``infra/versions.env``); the harness stays unmodified."""
+
+    FULL = "full"  # as it ships: 17k-31k tokens of instructions and tools with the tiny tokenizer
+    # its own instructions replaced by LEAN_INSTRUCTIONS and its tools cut to the shell one:
+    # Codex ``model_instructions_file`` and ``--disable`` of optional features; Claude Code
+    # ``--bare --tools Bash --system-prompt``; OpenClaw ``tools.allow``, no skills, no bootstrap
+    LEAN = "lean"
+
+
+# What a lean harness is told in place of its own instructions (a user deploys with the same).
+LEAN_INSTRUCTIONS = (
+    "You are a coding agent. Use your shell tool to do the task in the working directory, "
+    "then answer briefly."
+)
+
+
+@dataclass(frozen=True)
+class ShellTool:
+    """A harness's own tool that runs a shell command: its name and the argument holding the
+    command (what a demonstration calls to act, in the harness's own tool format)."""
+
+    name: str
+    argument: str
+
+
 class Surface(StrEnum):
     """What a harness's agent acts on."""
 
@@ -154,6 +181,7 @@ class Harness(abc.ABC):
     name: ClassVar[str]  # our name for it, also recorded on RolloutEvents
     dialect: ClassVar[Dialect | None]  # the API it speaks to the proxy; None: it calls no model
     capabilities: ClassVar[Capabilities] = Capabilities()  # what it needs from a backend
+    shell_tool: ClassVar[ShellTool | None] = None  # its tool that runs a command, if any
 
     @property
     @abc.abstractmethod
@@ -229,6 +257,7 @@ class NpmHarness(Harness):
     version_key: ClassVar[str]  # its pin in infra/versions.env
     binary: ClassVar[str]  # the executable under node_modules/.bin
     dialect: ClassVar[Dialect]
+    prompt: PromptProfile = PromptProfile.FULL  # set per instance by the subclasses
 
     @property
     def version(self) -> str:

@@ -1,4 +1,9 @@
-"""Anthropic Claude Code: Messages API (streaming, with a ``stream:false`` fallback)."""
+"""Anthropic Claude Code: Messages API (streaming, with a ``stream:false`` fallback).
+
+Lean prompt (:class:`PromptProfile`): its documented ``--bare`` (no CLAUDE.md discovery,
+attribution or hooks), ``--tools Bash`` and ``--system-prompt`` (:data:`LEAN_INSTRUCTIONS`):
+30.2k -> 1.4k prompt tokens with the tiny model's tokenizer.
+"""
 
 from __future__ import annotations
 
@@ -6,11 +11,14 @@ import os
 import uuid
 
 from infra.harnesses.base import (
+    LEAN_INSTRUCTIONS,
     Endpoint,
     Invocation,
     NpmHarness,
+    PromptProfile,
     Report,
     RolloutDirs,
+    ShellTool,
     json_objects,
 )
 from schemas.enums import Dialect
@@ -22,9 +30,11 @@ class ClaudeCode(NpmHarness):
     version_key = "CLAUDE_CODE_VERSION"
     binary = "claude"
     dialect = Dialect.MESSAGES
+    shell_tool = ShellTool("Bash", "command")
 
-    def __init__(self, max_retries: int = 2) -> None:
+    def __init__(self, max_retries: int = 2, prompt: PromptProfile = PromptProfile.FULL) -> None:
         self.max_retries = max_retries
+        self.prompt = prompt
 
     def invocation(
         self, task: str, endpoint: Endpoint, dirs: RolloutDirs, timeout_s: float
@@ -61,6 +71,8 @@ class ClaudeCode(NpmHarness):
             "--session-id",
             str(uuid.uuid4()),
         ]
+        if self.prompt is PromptProfile.LEAN:
+            argv += ["--bare", "--tools", "Bash", "--system-prompt", LEAN_INSTRUCTIONS]
         return Invocation(argv, env, dirs.workspace)
 
     def report(self, stdout: str) -> Report:

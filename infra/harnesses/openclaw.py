@@ -1,4 +1,10 @@
-"""OpenClaw: a pinned JSON config with one custom provider; runs on its own Node 24."""
+"""OpenClaw: a pinned JSON config with one custom provider; runs on its own Node 24.
+
+Lean prompt (:class:`PromptProfile`): OpenClaw owns its system prompt (no override), so its
+documented ``tools.allow`` (``exec`` only, no tool search), ``agents.defaults.skills = []`` and
+``skipBootstrap`` / ``contextInjection = "never"`` (no workspace files injected) shorten it:
+24.8k -> 6.2k prompt tokens with the tiny model's tokenizer.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +12,15 @@ import json
 from pathlib import Path
 
 from infra import paths
-from infra.harnesses.base import Endpoint, Invocation, NpmHarness, Report, RolloutDirs
+from infra.harnesses.base import (
+    Endpoint,
+    Invocation,
+    NpmHarness,
+    PromptProfile,
+    Report,
+    RolloutDirs,
+    ShellTool,
+)
 from schemas.enums import Dialect
 from schemas.errors import SetupError
 
@@ -24,10 +38,17 @@ class OpenClaw(NpmHarness):
     version_key = "OPENCLAW_VERSION"
     binary = "openclaw"
     dialect = Dialect.CHAT
+    shell_tool = ShellTool("exec", "command")
 
-    def __init__(self, dialect: Dialect = Dialect.CHAT, context_window: int = 131072) -> None:
+    def __init__(
+        self,
+        dialect: Dialect = Dialect.CHAT,
+        context_window: int = 131072,
+        prompt: PromptProfile = PromptProfile.FULL,
+    ) -> None:
         self.dialect = dialect  # type: ignore[misc]
         self.context_window = context_window
+        self.prompt = prompt
 
     def node_bin_dir(self) -> Path:
         version = paths.versions()["NODE24_VERSION"]
@@ -42,6 +63,14 @@ class OpenClaw(NpmHarness):
 
     def config(self, endpoint: Endpoint) -> dict[str, object]:
         base = endpoint.rollout_base + ("" if self.dialect is Dialect.MESSAGES else "/v1")
+        config = self._provider_config(base, endpoint)
+        if self.prompt is PromptProfile.LEAN:
+            defaults: dict[str, object] = config["agents"]["defaults"]  # type: ignore[index]
+            defaults.update(skills=[], skipBootstrap=True, contextInjection="never")
+            config["tools"] = {"allow": ["exec"], "toolSearch": False}
+        return config
+
+    def _provider_config(self, base: str, endpoint: Endpoint) -> dict[str, object]:
         return {
             "models": {
                 "mode": "replace",
