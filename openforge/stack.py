@@ -96,10 +96,12 @@ class StackSpec:
         log_url: the event log the proxy writes to.
         model: the model name harnesses ask for (the proxy's upstream model).
         tokenizer: the tokenizer the proxy renders with.
-        vllm: the model server; None for harnesses that call no model.
+        vllm: the model server; None for harnesses that call no model, or for ``upstream``.
         proxy: the proxy's settings.
         proxy_args: more ``openforge proxy`` flags, passed as they are.
         ready_timeout: seconds the proxy has to answer once started.
+        upstream: the proxy's upstream when ``vllm`` is None (another server in vLLM's format,
+            such as the warm start's scripted teacher; the discard port: no model at all).
     """
 
     out: Path
@@ -110,6 +112,7 @@ class StackSpec:
     proxy: ProxyOptions
     proxy_args: tuple[str, ...] = ()
     ready_timeout: float = 180
+    upstream: str = NO_UPSTREAM
 
 
 def tiny_model(context: int, seed: int = 0) -> Path:
@@ -241,7 +244,7 @@ def serve(spec: StackSpec, say: Callable[[str], None] = print) -> Iterator[Stack
             )
         admin = stack.enter_context(
             proxy_process(
-                vllm.base_url if vllm is not None else NO_UPSTREAM,
+                vllm.base_url if vllm is not None else spec.upstream,
                 model=spec.model,
                 tokenizer=spec.tokenizer,
                 log_url=spec.log_url,

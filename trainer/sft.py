@@ -1,11 +1,20 @@
-"""Supervised fine-tuning of a whole model on (prompt, completion) token pairs: a warm start.
+"""Supervised fine-tuning of a whole model on token sequences: a warm start.
 
-    examples = lambda rng: [(prompt_ids, completion_ids), ...]   # one batch, freshly drawn
+    examples = lambda rng, n: [(prompt_ids, completion_ids), ...]   # one batch, freshly drawn
     fine_tune(model_dir, out_dir, examples, SFTConfig(steps=400))
 
-The loss is the mean cross-entropy over completion tokens only (prompt tokens are context). The
-result is a Hugging Face directory (weights and tokenizer) that vLLM can serve and the RL trainer
-can start from. Deterministic for a seed on one machine.
+An example is a (prompt, completion) pair of token ids, or a :class:`Masked` sequence (token ids
+and a loss mask, as an episode's sample has them: several completions in one sequence). The loss
+is the mean cross-entropy over completion (masked) tokens only; the rest is context.
+
+A batch whose sequences share a long common prefix (a harness's system prompt and tools, the
+same in every rollout) runs that prefix once: its keys and values, computed with gradients, are
+repeated for every row and the rows' suffixes attend to them (:func:`sequence_loss`). The loss
+and its gradients are those of the full sequences (``tests/trainer/test_sft.py``), at a fraction
+of the cost for prompts of thousands of tokens.
+
+The result is a Hugging Face directory (weights and tokenizer) that vLLM can serve and the RL
+trainer can start from. Deterministic for a seed on one machine.
 """
 
 from __future__ import annotations
@@ -21,6 +30,22 @@ from typing import Any
 from schemas.errors import ConfigError
 
 Example = tuple[Sequence[int], Sequence[int]]  # (prompt token ids, completion token ids)
+SHARED_PREFIX_MIN = 64  # a common prefix shorter than this is not run once on its own
+
+
+@dataclass(frozen=True)
+class Masked:
+    """A token sequence and its loss mask (1: a completion token, trained on)."""
+
+    ids: Sequence[int]
+    mask: Sequence[int]
+
+    @classmethod
+    def of(cls, example: Example | Masked) -> Masked:
+        if isinstance(example, Masked):
+            return example
+        prompt, completion = example
+        return cls([*prompt, *completion], [0] * len(prompt) + [1] * len(completion))
 
 
 @dataclass(frozen=True)
@@ -50,7 +75,7 @@ class SFTConfig:
 def fine_tune(
     model_dir: Path,
     out_dir: Path,
-    draw: Callable[[random.Random, int], list[Example]],
+    draw: Callable[[random.Random, int], Sequence[Example | Masked]],
     cfg: SFTConfig,
     on_step: Callable[[int, float], None] | None = None,
     done: Callable[[Any], bool] | None = None,
@@ -77,9 +102,7 @@ def fine_tune(
     )
     model.train()
     for step in range(cfg.steps):
-        batch = draw(rng, cfg.batch)
-        ids, attention, labels = _tensors(batch)
-        loss = model(input_ids=ids, attention_mask=attention, labels=labels).loss
+        loss = sequence_loss(model, [Masked.of(e) for e in draw(rng, cfg.batch)])
         opt.zero_grad()
         loss.backward()
         if cfg.clip_grad_norm is not None:
@@ -107,19 +130,59 @@ def fine_tune(
     return out_dir
 
 
-def _tensors(batch: list[Example]) -> tuple[Any, Any, Any]:
-    """Right-padded input ids, attention mask, and labels (-100 outside the completions)."""
+def shared_prefix(batch: Sequence[Masked]) -> int:
+    """How many leading tokens every row shares and none is trained on (the logit that predicts
+    a row's first trained token comes after them)."""
+    first = batch[0].ids
+    n = min(len(e.ids) for e in batch)
+    for e in batch[1:]:
+        n = next((i for i in range(n) if e.ids[i] != first[i]), n)
+    trained = min(next((i for i, m in enumerate(e.mask) if m), len(e.ids)) for e in batch)
+    return max(0, min(n, trained - 1))
+
+
+def sequence_loss(model: Any, batch: Sequence[Masked]) -> Any:
+    """Mean cross-entropy over the masked tokens of ``batch``; a shared prefix of at least
+    :data:`SHARED_PREFIX_MIN` tokens runs once (its keys and values, with gradients, repeated
+    for every row), which gives the same loss and gradients as the full rows."""
     import torch
 
     if not batch:
         raise ConfigError("an SFT batch is empty: the data generator returned no examples")
-    length = max(len(p) + len(c) for p, c in batch)
+    p = shared_prefix(batch)
+    if p < SHARED_PREFIX_MIN:
+        p = 0
+    cache = None
+    if p:
+        cache = model(input_ids=torch.tensor([list(batch[0].ids[:p])]), use_cache=True)
+        cache = cache.past_key_values
+        cache.batch_repeat_interleave(len(batch))
+    ids, attention, labels = _tensors([Masked(e.ids[p:], e.mask[p:]) for e in batch])
+    rows, width = ids.shape
+    attention = torch.cat([torch.ones(rows, p, dtype=attention.dtype), attention], dim=1)
+    positions = (p + torch.arange(width)).unsqueeze(0).expand(rows, -1)
+    logits = model(
+        input_ids=ids, attention_mask=attention, position_ids=positions, past_key_values=cache
+    ).logits
+    return torch.nn.functional.cross_entropy(
+        logits[:, :-1].reshape(-1, logits.shape[-1]).float(),
+        labels[:, 1:].reshape(-1),
+        ignore_index=-100,
+    )
+
+
+def _tensors(batch: Sequence[Masked]) -> tuple[Any, Any, Any]:
+    """Right-padded input ids, attention mask, and labels (-100 outside the masked tokens)."""
+    import torch
+
+    length = max(len(e.ids) for e in batch)
     ids = torch.zeros(len(batch), length, dtype=torch.long)
     attention = torch.zeros(len(batch), length, dtype=torch.long)
     labels = torch.full((len(batch), length), -100, dtype=torch.long)
-    for row, (prompt, completion) in enumerate(batch):
-        seq = [*prompt, *completion]
-        ids[row, : len(seq)] = torch.tensor(seq)
+    for row, e in enumerate(batch):
+        seq = torch.tensor(list(e.ids), dtype=torch.long)
+        ids[row, : len(seq)] = seq
         attention[row, : len(seq)] = 1
-        labels[row, len(prompt) : len(seq)] = torch.tensor(list(completion))
+        trained = torch.tensor(list(e.mask), dtype=torch.bool)
+        labels[row, : len(seq)] = torch.where(trained, seq, torch.full_like(seq, -100))
     return ids, attention, labels

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -13,13 +12,11 @@ import httpx
 from starlette.applications import Starlette
 
 from infra.eventlog import EVENTS_TOPIC, EventLogWriter, open_reader
-from infra.local.process import free_port
 from infra.proxy_client import ProxyAdmin
+from openforge.threaded import serve_in_thread
 from proxy.app import create_app
 from proxy.config import ProxyConfig
 from proxy.publisher import Publisher
-from proxy.serve import listeners
-from proxy.serve import server as make_server
 from proxy.state import ProxyState
 from schemas.codec import Record, decode_message
 from schemas.completion import CompletionEvent
@@ -63,35 +60,6 @@ class RunningProxy:
         )
         resp.raise_for_status()
         return dict(resp.json())
-
-
-@contextmanager
-def serve_in_thread(
-    app: object,
-    what: str,
-    log_level: str = "warning",
-    unix_socket: Path | None = None,
-    host: str = "127.0.0.1",
-) -> Iterator[str]:
-    """Serve an ASGI app under uvicorn in a daemon thread on a free port of ``host`` (and, if
-    given, a Unix socket); yields its URL."""
-    port = free_port()
-    sockets = listeners(host, port, unix_socket)
-    server = make_server(app, log_level=log_level)
-    thread = threading.Thread(target=server.run, kwargs={"sockets": sockets}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 60
-    while not server.started:
-        if not thread.is_alive() or time.monotonic() > deadline:
-            raise RuntimeError(f"the {what} did not start")
-        time.sleep(0.05)
-    try:
-        yield f"http://{host}:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(30)
-        for s in sockets:
-            s.close()
 
 
 @contextmanager

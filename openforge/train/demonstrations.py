@@ -1,0 +1,213 @@
+"""The harness-traffic warm start's demonstrations: the real harness binary, unmodified, plays
+echo-words tasks in their own image (each rollout a sandbox, as in training) through a real
+capture proxy whose upstream is the scripted teacher (:mod:`openforge.train.teacher`). Each
+rollout's recorded events become its episode exactly as the pipeline assembles it
+(:func:`pipeline.assembly.assemble`): the samples' token ids and loss masks are the ones RL
+would train on, and the verifier's reward says whether the demonstration was correct.
+
+    demos = record(harness, model_dir, words, DemoSettings(), out_dir)
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from infra.eventlog import EVENTS_TOPIC, open_reader
+from infra.harnesses import Harness
+from infra.images import ImagePolicy
+from infra.proxy_client import ProxyAdmin
+from infra.tasks import Task, load_dataset
+from openforge.stack import ProxyOptions, StackSpec, serve
+from openforge.threaded import serve_in_thread
+from openforge.train.teacher import Teacher
+from orchestrator.backend import RolloutBackendName, RunProxy
+from orchestrator.environments import SandboxMode
+from orchestrator.local import LocalConfig
+from orchestrator.plan import plan
+from orchestrator.registry import RolloutBackendConfig, build_backend
+from orchestrator.run import Orchestrator, OrchestratorConfig
+from orchestrator.rundir import RunDir, Status
+from pipeline.assembly import assemble
+from schemas.codec import Record, decode_message
+from schemas.errors import ConfigError, ServiceError
+
+TEACHER_MODEL = "teacher"  # the model name the harness asks the proxy for
+
+# One Harbor task per word, as examples/echo-words/generate.py writes them.
+TASK_TOML = """\
+version = "1.0"
+
+[metadata]
+author_name = "OpenForge"
+category = "echo-words-demonstrations"
+
+[verifier]
+timeout_sec = 30.0
+
+[agent]
+timeout_sec = 120.0
+
+[environment]
+cpus = 1
+memory_mb = 1024
+allow_internet = false
+workdir = "/app"
+"""
+DOCKERFILE = "FROM python:3.12-slim\nWORKDIR /app\n"
+TEST_SH = """\
+#!/usr/bin/env bash
+set -u
+mkdir -p /logs/verifier
+reward=0
+if [ -f /app/answer.txt ] && [ "$(tr -d '[:space:]' < /app/answer.txt)" = "{word}" ]; then
+  reward=1
+fi
+echo "$reward" > /logs/verifier/reward.txt
+"""
+
+
+@dataclass(frozen=True)
+class DemoSettings:
+    """How the demonstrations are played.
+
+    Attributes:
+        per_word: rollouts per word (the teacher alternates correct and imperfect ones).
+        concurrency: rollouts at once.
+        context: the context window the proxy checks calls against (tokens).
+        sandbox: where the tasks (which have an image) run.
+        images: how their base image is found.
+    """
+
+    per_word: int = 2
+    concurrency: int = 4
+    context: int = 16384
+    sandbox: SandboxMode = SandboxMode.AUTO
+    images: ImagePolicy = field(default_factory=ImagePolicy)
+
+
+@dataclass(frozen=True)
+class Demonstration:
+    """One recorded rollout of the teacher: its word, whether the verifier gave it 1, and its
+    samples as the pipeline assembles them: (token ids, loss mask) each."""
+
+    rollout_id: str
+    word: str
+    correct: bool
+    samples: list[tuple[list[int], list[int]]]
+
+
+def write_tasks(words: Sequence[str], root: Path) -> list[Task]:
+    """One echo-words task per word under ``root`` (made anew); the tasks, loaded."""
+    shutil.rmtree(root, ignore_errors=True)
+    for word in words:
+        task = root / f"echo-{word}"
+        for rel, text, mode in [
+            ("task.toml", TASK_TOML, 0o644),
+            ("instruction.md", f"Write the word {word} to answer.txt.\n", 0o644),
+            ("environment/Dockerfile", DOCKERFILE, 0o644),
+            ("tests/test.sh", TEST_SH.format(word=word), 0o755),
+        ]:
+            path = task / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+            path.chmod(mode)
+    return list(load_dataset(root))
+
+
+def record(
+    harness: Harness,
+    model_dir: Path,
+    words: Sequence[str],
+    settings: DemoSettings,
+    out: Path,
+    say: Callable[[str], None] = print,
+) -> list[Demonstration]:
+    """Play every word ``settings.per_word`` times with ``harness`` against the teacher,
+    recorded under ``out``; the verified rollouts' demonstrations."""
+    if harness.shell_tool is None:
+        raise ConfigError(
+            f"the {harness.name!r} harness has no shell tool to demonstrate with: the "
+            "harness-traffic warm start needs one of agent, codex, claude-code, openclaw"
+        )
+    tasks = write_tasks(words, out / "tasks")
+    teacher = Teacher(model_dir, harness.shell_tool, TEACHER_MODEL, settings.context)
+    log_url = f"local:{out / 'log'}"
+    with serve_in_thread(teacher.app(), "scripted teacher", log_level="critical") as url:
+        spec = StackSpec(
+            out=out / "services",
+            log_url=log_url,
+            model=TEACHER_MODEL,
+            tokenizer=model_dir,
+            vllm=None,
+            proxy=ProxyOptions(max_model_len=settings.context, max_tokens_cap=512),
+            upstream=url,
+            ready_timeout=120,
+        )
+        with serve(spec, say) as stack:
+            run_proxy = RunProxy(stack.admin.url, stack.endpoint)
+            verified = _play(harness, tasks, settings, stack.admin, run_proxy, out)
+    say(f"  demonstrations: {len(verified)} rollouts verified, {len(teacher.served)} tool calls")
+    return demonstrations(log_url, verified)
+
+
+def _play(
+    harness: Harness,
+    tasks: list[Task],
+    settings: DemoSettings,
+    admin: ProxyAdmin,
+    run_proxy: RunProxy,
+    out: Path,
+) -> set[str]:
+    """The rollouts, in sandboxes of the local backend; the ids of those verified."""
+    local = LocalConfig(sandbox=settings.sandbox, images=settings.images)
+    backend = build_backend(
+        RolloutBackendConfig(name=RolloutBackendName.LOCAL, local=local), run_proxy
+    )
+    try:
+        orch_cfg = OrchestratorConfig(
+            concurrency=settings.concurrency, max_attempts=2, model=TEACHER_MODEL
+        )
+        orch = Orchestrator(backend, harness, admin, RunDir(out / "rollouts"), orch_cfg)
+        outcomes = orch.run(plan(tasks, settings.per_word, run_id="demo"))
+    finally:
+        backend.close()
+    verified = {o.rollout_id for o in outcomes if o.status is Status.VERIFIED}
+    if not verified:
+        raise ServiceError(
+            f"no demonstration of {harness.name} was verified ({len(outcomes)} rollouts): see "
+            f"the rollouts' logs under {out / 'rollouts'}"
+        )
+    return verified
+
+
+def read_records(log_url: str) -> list[Record]:
+    """Every record of the events topic of a finished log, in each partition's order."""
+    out: list[Record] = []
+    with open_reader(log_url) as reader:
+        for partition in reader.partitions(EVENTS_TOPIC):
+            offset, end = 0, reader.end_offset(EVENTS_TOPIC, partition)
+            while offset < end:
+                batch = reader.read(EVENTS_TOPIC, partition, offset, max_records=1000)
+                for rec in batch.records:
+                    out += decode_message(rec.value)
+                offset = batch.next_offset
+    return out
+
+
+def demonstrations(log_url: str, rollout_ids: set[str]) -> list[Demonstration]:
+    """The episodes of ``rollout_ids`` in the log, as demonstrations (sorted by rollout id)."""
+    by_rollout: dict[str, list[Record]] = {}
+    for rec in read_records(log_url):
+        rid = getattr(rec, "rollout_id", None)
+        if rid in rollout_ids:
+            by_rollout.setdefault(rid, []).append(rec)
+    out = []
+    for rid in sorted(by_rollout):
+        episode = assemble(rid, by_rollout[rid], created_us=0)
+        word = (episode.task_id or "").removeprefix("echo-")
+        samples = [(list(s.token_ids), list(s.loss_mask)) for s in episode.samples]
+        out.append(Demonstration(rid, word, episode.reward == 1.0, samples))
+    return out
