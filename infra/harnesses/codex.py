@@ -1,9 +1,10 @@
 """OpenAI Codex CLI: Responses API, always streaming, a custom provider in ``config.toml``.
 
 Lean prompt (:class:`PromptProfile`): its documented ``model_instructions_file`` replaces the
-built-in instructions with :data:`LEAN_INSTRUCTIONS`, and the optional features that add tools
-and instructions (goals, images, apps) are disabled: 17.0k -> 4.5k prompt tokens with the tiny
-model's tokenizer (``exec_command``, ``write_stdin`` and ``request_user_input`` stay).
+built-in instructions with :data:`LEAN_INSTRUCTIONS`; the optional features that add tools and
+instructions (goals, images, apps) are disabled, and so are the skills catalogue
+(``skills.include_instructions``) and ``request_user_input``: 17.0k -> 2.3k prompt tokens with
+the tiny model's tokenizer (``exec_command`` and ``write_stdin`` stay).
 """
 
 from __future__ import annotations
@@ -50,6 +51,16 @@ stream_max_retries = {retries}
 stream_idle_timeout_ms = {idle_ms}
 """
 
+# Config keys of the pinned version (``--strict-config`` accepts them) that a lean prompt sets:
+# no skills catalogue (its paths differ per rollout), no request_user_input tool.
+_LEAN_TABLES = """
+[skills]
+include_instructions = false
+
+[tools.experimental_request_user_input]
+enabled = false
+"""
+
 # Optional features whose tools and instructions a lean prompt leaves out.
 _LEAN_DISABLED = [
     arg for feature in ("goals", "view_image", "image_generation", "apps")
@@ -83,8 +94,9 @@ class Codex(NpmHarness):
         if self.prompt is PromptProfile.LEAN:
             instructions = codex_home / "instructions.md"
             instructions.write_text(LEAN_INSTRUCTIONS + "\n")
-            # A root key: before the first table.
+            # A root key before the first table; the tables after the others.
             config = f"model_instructions_file = {json.dumps(str(instructions))}\n" + config
+            config += _LEAN_TABLES
         (codex_home / "config.toml").write_text(config)
         env = self.base_env(dirs, endpoint)
         env.update(CODEX_HOME=str(codex_home), OPENFORGE_API_KEY=endpoint.api_key)

@@ -39,13 +39,22 @@ def warm_start_cmd(
     config: Annotated[
         Path | None, typer.Argument(help="A train config (default: the demo's).", resolve_path=True)
     ] = None,
+    set_: Annotated[
+        list[str] | None,
+        typer.Option("--set", help="Override a config field: section.key=value (repeatable)."),
+    ] = None,
 ) -> None:
     """Build (or find in the cache) the warm-started model a train config starts from."""
     from openforge.cli.train import DEMO_CONFIG
+    from openforge.cli.userns import enter_for_containers
+    from openforge.train.config import WarmStartRecipe
     from openforge.train.config_io import load_config
     from openforge.train.launch import prepare_model
 
-    typer.echo(prepare_model(load_config(config or DEMO_CONFIG), say=typer.echo))
+    cfg = load_config(config or DEMO_CONFIG, [*(set_ or [])])
+    if cfg.warm_start.recipe is WarmStartRecipe.HARNESS_TRAFFIC:  # it plays tasks in sandboxes
+        enter_for_containers(cfg.rollouts.sandbox)
+    typer.echo(prepare_model(cfg, say=typer.echo))
 
 
 @app.command("sample")

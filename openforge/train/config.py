@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from enum import Enum, StrEnum
 from typing import Any
 
+from infra.harnesses import PromptProfile
 from infra.harnesses.browser import Observation
 from infra.images import DEFAULT_FALLBACKS
 from orchestrator.backend import RolloutBackendName
@@ -42,6 +43,8 @@ BUILT = (TINY, TINY_VLM)  # model.base values that name a model built here, not 
 class WarmStartRecipe(StrEnum):
     NONE = "none"  # start RL from the base model as it is
     ECHO_WORDS = "echo-words"  # SFT on generated echo-words conversations (the demo's tasks)
+    # SFT on the run's real harness's own recorded traffic with a scripted teacher
+    HARNESS_TRAFFIC = "harness-traffic"
 
 
 @dataclass
@@ -59,7 +62,9 @@ class ModelSection:
 @dataclass
 class WarmStartSection:
     recipe: WarmStartRecipe = _f(
-        WarmStartRecipe.ECHO_WORDS, "supervised warm start: none, echo-words"
+        WarmStartRecipe.ECHO_WORDS,
+        "supervised warm start: none, echo-words (the agent harness's prompt, generated), "
+        "harness-traffic (the run's harness, recorded playing against a scripted teacher)",
     )
     steps: int = _f(1000, "SFT steps at most on the exact demonstrator (ends once it copies)")
     noisy_steps: int = _f(100, "then SFT steps on the noisy one (see correct_fraction)")
@@ -86,6 +91,11 @@ class HarnessSection:
     name: str = _f("agent", "harness playing the tasks: agent, browser, codex, claude-code, ...")
     max_turns: int = _f(2, "model calls per rollout at most (agent and browser harnesses)")
     max_tokens: int = _f(48, "tokens per model answer at most (agent and browser harnesses)")
+    prompt: PromptProfile = _f(
+        PromptProfile.FULL,
+        "codex, claude-code, openclaw: full (as shipped) or lean (their own documented "
+        "settings cut their instructions and tools; deploy with the same)",
+    )
     observation: Observation = _f(
         Observation.TEXT,
         "browser harnesses: what the model is shown of the page: text (the accessibility "

@@ -132,6 +132,7 @@ def record(
             f"the {harness.name!r} harness has no shell tool to demonstrate with: the "
             "harness-traffic warm start needs one of agent, codex, claude-code, openclaw"
         )
+    shutil.rmtree(out, ignore_errors=True)  # a recording is whole or not kept
     tasks = write_tasks(words, out / "tasks")
     teacher = Teacher(model_dir, harness.shell_tool, TEACHER_MODEL, settings.context)
     log_url = f"local:{out / 'log'}"

@@ -14,11 +14,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from infra import paths
-from infra.harnesses import HARNESSES, Agent, Browser, Harness
+from infra.harnesses import HARNESSES, Agent, Browser, Harness, NpmHarness
+from infra.images import ImagePolicy
 from infra.tasks import Task, load_dataset
 from infra.tiny_vlm import build_tiny_vlm
 from openforge.stack import tiny_model
-from openforge.train.config import TINY, TINY_VLM, TrainConfig
+from openforge.train.config import TINY, TINY_VLM, TrainConfig, WarmStartRecipe
+from openforge.train.demonstrations import DemoSettings
+from openforge.train.harness_warmstart import harness_warm_start
 from openforge.train.warmstart import warm_start
 from schemas.errors import ConfigError
 
@@ -57,6 +60,8 @@ def _harness(cfg: TrainConfig) -> Harness:
         return chosen(max_turns=h.max_turns, max_tokens=h.max_tokens, observation=h.observation)
     if issubclass(chosen, Agent):  # the built-in agent
         return chosen(max_turns=h.max_turns, max_tokens=h.max_tokens)
+    if issubclass(chosen, NpmHarness):  # codex, claude-code, openclaw
+        return chosen(prompt=h.prompt)  # type: ignore[call-arg]
     return chosen()
 
 
@@ -78,9 +83,15 @@ def _base_model(cfg: TrainConfig) -> Path:
 def prepare_model(cfg: TrainConfig, say: Callable[[str], None] = print) -> Path:
     """The model RL starts from: the base (built if it is the tiny one), warm-started per
     ``[warm_start]`` (cached under the cache dir)."""
-    return warm_start(
-        _base_model(cfg), cfg.warm_start, cfg.harness, paths.cache_dir() / "models", say
-    )
+    base, cache = _base_model(cfg), paths.cache_dir() / "models"
+    if cfg.warm_start.recipe is WarmStartRecipe.HARNESS_TRAFFIC:
+        r = cfg.rollouts
+        images = ImagePolicy(fallbacks=r.image_fallbacks, strict=r.strict_images)
+        play = DemoSettings(
+            concurrency=r.concurrency, context=cfg.model.context, sandbox=r.sandbox, images=images
+        )
+        return harness_warm_start(base, cfg.warm_start, _harness(cfg), play, cache, say)
+    return warm_start(base, cfg.warm_start, cfg.harness, cache, say)
 
 
 def _split(dataset: str, split: str) -> list[Task]:

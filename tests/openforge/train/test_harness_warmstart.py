@@ -1,0 +1,104 @@
+"""The harness-traffic warm start's demonstrations, with each real harness binary (lean prompt)
+playing echo-words tasks in their own image through a real proxy, against the scripted teacher
+(issue 49 allows a scripted model policy for this): the demonstrations are the harness's own
+calls, recorded token for token, assembled as the pipeline assembles them, and labelled by the
+verifier's reward; a few SFT steps on them make a model vLLM can load."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from transformers import AutoTokenizer
+
+from infra.harnesses import HARNESSES, NpmHarness, PromptProfile
+from openforge.stack import tiny_model
+from openforge.train.config import WarmStartRecipe, WarmStartSection
+from openforge.train.demonstrations import DemoSettings, read_records, record
+from openforge.train.harness_warmstart import DemoData, harness_warm_start
+from openforge.train.teacher import TARGET
+from schemas.completion import CompletionEvent
+from schemas.delta import Reconstructor
+from schemas.enums import CompletionStatus
+from schemas.errors import ConfigError
+
+WORDS = ["water", "code"]
+CONTEXT = 8192
+
+
+@pytest.fixture(scope="module")
+def model_dir() -> Path:
+    return tiny_model(CONTEXT)
+
+
+@pytest.mark.parametrize("name", ["codex", "claude-code", "openclaw"])
+def test_demonstrations_are_the_harness_own_recorded_calls(
+    name: str, model_dir: Path, tmp_path: Path
+) -> None:
+    harness = HARNESSES[name](prompt=PromptProfile.LEAN)  # type: ignore[call-arg]
+    assert isinstance(harness, NpmHarness) and harness.shell_tool is not None
+    out = tmp_path / "demos"
+    demos = record(harness, model_dir, WORDS, DemoSettings(per_word=2, context=CONTEXT), out)
+
+    # Every rollout verified: the teacher's first call for a word writes answer.txt, its second
+    # a wrong file, and the verifier's reward tells them apart.
+    assert sorted((d.word, d.correct) for d in demos) == sorted(
+        (w, c) for w in WORDS for c in (True, False)
+    )
+    tok = AutoTokenizer.from_pretrained(str(model_dir))
+    records = read_records(f"local:{out / 'log'}")
+    for demo in demos:
+        calls = sorted(
+            (
+                r
+                for r in records
+                if isinstance(r, CompletionEvent) and r.rollout_id == demo.rollout_id
+            ),
+            key=lambda e: e.call_index,
+        )
+        main = [c for c in calls if not c.side_call and c.status is CompletionStatus.OK]
+        assert len(main) >= 2 and all(c.harness == name for c in calls)
+        # The first call is the harness's own prompt, with its shell tool, and the teacher's
+        # answer is one call of that tool in the harness's own argument.
+        rebuild = Reconstructor()
+        prompts = [rebuild.add(c)[0] for c in calls]
+        first = str(tok.decode(prompts[calls.index(main[0])]))
+        assert f'"name": "{harness.shell_tool.name}"' in first
+        assert f"Write the word {demo.word} to answer.txt." in first
+        answer = str(tok.decode(main[0].completion_token_ids, skip_special_tokens=True))
+        call = json.loads(answer.split("<tool_call>")[1].split("</tool_call>")[0])
+        assert call["name"] == harness.shell_tool.name
+        command = call["arguments"][harness.shell_tool.argument]
+        assert command.startswith(f"echo {demo.word} > ")
+        assert (command == f"echo {demo.word} > {TARGET}") is demo.correct
+        # Each sample is tokens the proxy recorded: every masked token is a generated one, and
+        # the masked tokens are exactly the calls' completions, in order.
+        trained = [t for ids, mask in demo.samples for t, m in zip(ids, mask, strict=True) if m]
+        generated = [t for c in main for t in c.completion_token_ids]
+        assert sorted(trained) == sorted(generated)
+        for ids, _ in demo.samples:
+            assert any(ids[: len(p)] == p for p in prompts if p)
+
+
+def test_a_short_warm_start_makes_a_model_and_is_cached(model_dir: Path, tmp_path: Path) -> None:
+    harness = HARNESSES["codex"](prompt=PromptProfile.LEAN)  # type: ignore[call-arg]
+    ws = WarmStartSection(
+        recipe=WarmStartRecipe.HARNESS_TRAFFIC, steps=2, noisy_steps=1, correct_fraction=0.5,
+        batch=2,
+    )  # fmt: skip
+    said: list[str] = []
+    play = DemoSettings(per_word=2, context=CONTEXT)
+    cache = tmp_path / "models"
+    words = ["water", "code", "file"]
+    out = harness_warm_start(model_dir, ws, harness, play, cache, said.append, words)
+    assert (out / "config.json").exists() and (out / "tokenizer.json").exists()
+    assert any("2 correct" in s or "3 correct" in s for s in said), said
+    again: list[str] = []
+    assert harness_warm_start(model_dir, ws, harness, play, cache, again.append, words) == out
+    assert again == [f"warm start: reusing {out}"]
+
+
+def test_no_correct_demonstration_is_an_error() -> None:
+    with pytest.raises(ConfigError, match="no correct demonstration"):
+        DemoData([], probes=4, seed=0)
