@@ -34,7 +34,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from transformers import AutoTokenizer
 
-from openforge.testing.proxy import serve_in_thread
+from openforge.threaded import serve_in_thread
 
 LOGPROB = -0.125  # every scripted token's logprob (exact in float32)
 

@@ -52,7 +52,7 @@ timeout_sec = 120.0
 
 [environment]
 cpus = 1
-memory_mb = 1024
+memory_mb = 4096  # OpenClaw on Node 24 is OOM-killed at 1 GiB
 allow_internet = false
 workdir = "/app"
 """

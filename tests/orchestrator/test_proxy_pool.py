@@ -22,7 +22,8 @@ from infra.sandbox import BubblewrapSandbox, ProxyEndpoint
 from infra.tasks import load_dataset
 from openforge.stack import proxy_process
 from openforge.testing import fast_upstream
-from openforge.testing.proxy import completions_of, read_events, serve_in_thread
+from openforge.testing.proxy import completions_of, read_events
+from openforge.threaded import serve_in_thread
 from orchestrator.local import LocalBackend
 from orchestrator.plan import plan
 from orchestrator.run import Orchestrator, OrchestratorConfig

@@ -14,7 +14,8 @@ import httpx
 
 from infra.local.kafka import KafkaBroker
 from openforge.testing import fast_upstream
-from openforge.testing.proxy import proxy_config, read_events, running_proxy, serve_in_thread
+from openforge.testing.proxy import proxy_config, read_events, running_proxy
+from openforge.threaded import serve_in_thread
 from schemas.completion import CompletionEvent
 
 CLIENTS = 16

@@ -15,7 +15,8 @@ import httpx
 
 from infra.local.process import ServiceProcess, free_port
 from openforge.testing import fast_upstream
-from openforge.testing.proxy import completions_of, read_events, serve_in_thread
+from openforge.testing.proxy import completions_of, read_events
+from openforge.threaded import serve_in_thread
 
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8}
 

@@ -21,7 +21,8 @@ import httpx
 from infra.proxy_client import ProxyAdmin
 from openforge.stack import proxy_process
 from openforge.testing import fast_upstream
-from openforge.testing.proxy import completions_of, read_events, serve_in_thread
+from openforge.testing.proxy import completions_of, read_events
+from openforge.threaded import serve_in_thread
 from schemas.enums import CompletionStatus
 
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}

@@ -16,7 +16,8 @@ import httpx
 import pytest
 
 from openforge.testing import fast_upstream
-from openforge.testing.proxy import proxy_config, running_proxy, serve_in_thread
+from openforge.testing.proxy import proxy_config, running_proxy
+from openforge.threaded import serve_in_thread
 from proxy.errors import ProxyError
 from proxy.metrics import ProxyMetrics
 from proxy.publisher import Publisher
