@@ -154,8 +154,8 @@ def sequence_loss(model: Any, batch: Sequence[Masked]) -> Any:
         p = 0
     cache = None
     if p:
-        cache = model(input_ids=torch.tensor([list(batch[0].ids[:p])]), use_cache=True)
-        cache = cache.past_key_values
+        prefix = torch.tensor([list(batch[0].ids[:p])])
+        cache = model(input_ids=prefix, use_cache=True).past_key_values
         cache.batch_repeat_interleave(len(batch))
     ids, attention, labels = _tensors([Masked(e.ids[p:], e.mask[p:]) for e in batch])
     rows, width = ids.shape

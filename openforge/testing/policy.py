@@ -21,7 +21,6 @@ from __future__ import annotations
 import json
 import logging
 import threading
-import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -35,6 +34,7 @@ from starlette.routing import Route
 from transformers import AutoTokenizer
 
 from openforge.threaded import serve_in_thread
+from openforge.train.teacher import completion_body
 
 LOGPROB = -0.125  # every scripted token's logprob (exact in float32)
 
@@ -123,28 +123,9 @@ class ScriptedPolicy:
         return "final", self.script.final
 
     def _chunk(self, ids: list[int], finish: str | None) -> dict[str, Any]:
-        text = self.tokenizer.decode(ids, skip_special_tokens=True)
-        return {
-            "id": "cmpl-scripted",
-            "object": "text_completion",
-            "created": int(time.time()),
-            "model": self.model_name,
-            "choices": [
-                {
-                    "index": 0,
-                    "text": text,
-                    "logprobs": {
-                        "text_offset": [0] * len(ids),
-                        "token_logprobs": [LOGPROB] * len(ids),
-                        "tokens": [self.tokenizer.decode([i]) for i in ids],
-                        "top_logprobs": [None] * len(ids),
-                    },
-                    "finish_reason": finish,
-                    "stop_reason": None,
-                    "token_ids": ids,
-                }
-            ],
-        }
+        return completion_body(
+            self.tokenizer, ids, finish, self.model_name, "cmpl-scripted", LOGPROB
+        )
 
     async def completions(self, request: Request) -> Response:
         body = await request.json()

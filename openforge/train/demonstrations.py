@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from infra.eventlog import EVENTS_TOPIC, open_reader
+from infra.eventlog import EVENTS_TOPIC, records_in
 from infra.harnesses import Harness
 from infra.images import ImagePolicy
 from infra.proxy_client import ProxyAdmin
@@ -31,7 +31,7 @@ from orchestrator.registry import RolloutBackendConfig, build_backend
 from orchestrator.run import Orchestrator, OrchestratorConfig
 from orchestrator.rundir import RunDir, Status
 from pipeline.assembly import assemble
-from schemas.codec import Record, decode_message
+from schemas.codec import Record
 from schemas.errors import ConfigError, ServiceError
 
 TEACHER_MODEL = "teacher"  # the model name the harness asks the proxy for
@@ -184,24 +184,10 @@ def _play(
     return verified
 
 
-def read_records(log_url: str) -> list[Record]:
-    """Every record of the events topic of a finished log, in each partition's order."""
-    out: list[Record] = []
-    with open_reader(log_url) as reader:
-        for partition in reader.partitions(EVENTS_TOPIC):
-            offset, end = 0, reader.end_offset(EVENTS_TOPIC, partition)
-            while offset < end:
-                batch = reader.read(EVENTS_TOPIC, partition, offset, max_records=1000)
-                for rec in batch.records:
-                    out += decode_message(rec.value)
-                offset = batch.next_offset
-    return out
-
-
 def demonstrations(log_url: str, rollout_ids: set[str]) -> list[Demonstration]:
     """The episodes of ``rollout_ids`` in the log, as demonstrations (sorted by rollout id)."""
     by_rollout: dict[str, list[Record]] = {}
-    for rec in read_records(log_url):
+    for rec in records_in(log_url, EVENTS_TOPIC):
         rid = getattr(rec, "rollout_id", None)
         if rid in rollout_ids:
             by_rollout.setdefault(rid, []).append(rec)

@@ -48,6 +48,34 @@ SIDE_ANSWER = "Echo task"
 NO_TASK = "I can only write a word to answer.txt."
 
 
+def completion_body(
+    tokenizer: Any, ids: list[int], finish: str | None, model: str, cmpl_id: str, logprob: float
+) -> dict[str, Any]:
+    """A ``/v1/completions`` answer (or one streamed chunk) of ``ids`` as vLLM 0.32 writes it:
+    ``token_ids`` and the old logprob format per choice, every token at ``logprob``."""
+    return {
+        "id": cmpl_id,
+        "object": "text_completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [
+            {
+                "index": 0,
+                "text": tokenizer.decode(ids, skip_special_tokens=True),
+                "logprobs": {
+                    "text_offset": [0] * len(ids),
+                    "token_logprobs": [logprob] * len(ids),
+                    "tokens": [tokenizer.decode([i]) for i in ids],
+                    "top_logprobs": [None] * len(ids),
+                },
+                "finish_reason": finish,
+                "stop_reason": None,
+                "token_ids": ids,
+            }
+        ],
+    }
+
+
 @dataclass
 class Teacher:
     """Answers a harness in vLLM's format from the script above.
@@ -99,29 +127,10 @@ class Teacher:
         call = {"name": self.tool.name, "arguments": {self.tool.argument: command}}
         return f"<tool_call>\n{json.dumps(call)}\n</tool_call>"
 
-    def _choice(self, ids: list[int], finish: str | None) -> dict[str, Any]:
-        return {
-            "index": 0,
-            "text": self.tokenizer.decode(ids, skip_special_tokens=True),
-            "logprobs": {
-                "text_offset": [0] * len(ids),
-                "token_logprobs": [LOGPROB] * len(ids),
-                "tokens": [self.tokenizer.decode([i]) for i in ids],
-                "top_logprobs": [None] * len(ids),
-            },
-            "finish_reason": finish,
-            "stop_reason": None,
-            "token_ids": ids,
-        }
-
     def _body(self, ids: list[int], finish: str | None) -> dict[str, Any]:
-        return {
-            "id": "cmpl-teacher",
-            "object": "text_completion",
-            "created": int(time.time()),
-            "model": self.model_name,
-            "choices": [self._choice(ids, finish)],
-        }
+        return completion_body(
+            self.tokenizer, ids, finish, self.model_name, "cmpl-teacher", LOGPROB
+        )
 
     async def completions(self, request: Request) -> Response:
         body = await request.json()

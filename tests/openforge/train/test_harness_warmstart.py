@@ -12,10 +12,11 @@ from pathlib import Path
 import pytest
 from transformers import AutoTokenizer
 
+from infra.eventlog import EVENTS_TOPIC, records_in
 from infra.harnesses import HARNESSES, NpmHarness, PromptProfile
 from openforge.stack import tiny_model
 from openforge.train.config import WarmStartRecipe, WarmStartSection
-from openforge.train.demonstrations import DemoSettings, read_records, record
+from openforge.train.demonstrations import DemoSettings, record
 from openforge.train.harness_warmstart import DemoData, harness_warm_start
 from openforge.train.teacher import TARGET
 from schemas.completion import CompletionEvent
@@ -47,7 +48,7 @@ def test_demonstrations_are_the_harness_own_recorded_calls(
         (w, c) for w in WORDS for c in (True, False)
     )
     tok = AutoTokenizer.from_pretrained(str(model_dir))
-    records = read_records(f"local:{out / 'log'}")
+    records = list(records_in(f"local:{out / 'log'}", EVENTS_TOPIC))
     for demo in demos:
         calls = sorted(
             (
