@@ -55,6 +55,11 @@ class ClaudeCode(NpmHarness):
             DISABLE_ERROR_REPORTING="1",
             DISABLE_BUG_COMMAND="1",
             CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1",
+            # Its documented opt-out of the attribution line it otherwise puts first in the
+            # system prompt ("x-anthropic-billing-header: cc_version=2.1.332.<hash>; ..."): the
+            # hash differs per session, so no two rollouts would share a prompt prefix (none
+            # for vLLM's prefix cache, none for a batch's shared prefix in training).
+            CLAUDE_CODE_ATTRIBUTION_HEADER="0",
         )
         if os.geteuid() == 0:
             env["IS_SANDBOX"] = "1"  # it refuses to skip permissions as root otherwise
