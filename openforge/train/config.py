@@ -72,6 +72,12 @@ class WarmStartSection:
     lr: float = _f(3e-3, "SFT learning rate")
     batch: int = _f(16, "SFT examples per step")
     seed: int = _f(0, "seed of the SFT data and model")
+    window: int = _f(
+        48,
+        "harness-traffic: a sequence-length warmup first shows each sample from this many "
+        "tokens before its first answer (0: none), then the whole recorded sequence",
+    )
+    window_steps: int = _f(300, "harness-traffic: SFT steps of that warmup")
 
 
 @dataclass
@@ -114,6 +120,11 @@ class RolloutsSection:
     max_attempts: int = _f(3, "attempts per rollout when infrastructure fails")
     sandbox: SandboxMode = _f(
         SandboxMode.AUTO, "auto: tasks with a Dockerfile in a container of their image"
+    )
+    override_memory_mb: int = _f(
+        0,
+        "memory of every task's sandbox in MB, as Harbor's --override-memory-mb (0: each "
+        "task's own [environment] memory_mb); OpenClaw on Node 24 needs more than 1 GiB",
     )
     strict_images: bool = _f(False, "refuse a FROM with no exact local image (no stand-in)")
     image_fallbacks: dict[str, str] = _f(
@@ -226,8 +237,9 @@ class TrainConfig:
     def check(self) -> None:
         """Ranges that types cannot say."""
         self.pipeline.reward_policy()
-        if self.warm_start.steps < 0 or self.warm_start.noisy_steps < 0:
-            raise ConfigError("warm_start.steps and warm_start.noisy_steps must be >= 0")
+        ws = self.warm_start
+        if min(ws.steps, ws.noisy_steps, ws.window, ws.window_steps) < 0:
+            raise ConfigError("warm_start.steps, noisy_steps, window and window_steps must be >= 0")
         positive = {
             "tasks.per_step": self.tasks.per_step,
             "rollouts.samples_per_task": self.rollouts.samples_per_task,
@@ -239,6 +251,8 @@ class TrainConfig:
             "harness.max_turns": self.harness.max_turns,
             "harness.max_tokens": self.harness.max_tokens,
         }
+        if self.rollouts.override_memory_mb < 0:
+            raise ConfigError("rollouts.override_memory_mb must be >= 0 (0: each task's own)")
         for name, value in positive.items():
             if value < 1:
                 raise ConfigError(f"{name} must be at least 1, not {value}")

@@ -11,11 +11,20 @@ traffic, the way SFT-then-RL recipes start (issue 49).
 2. The recorded rollouts become episodes exactly as the pipeline assembles them
    (:mod:`openforge.train.demonstrations`): the very token sequences and loss masks RL trains
    on. The verifier's reward tells the correct demonstrations from the imperfect ones.
-3. SFT in two phases (:func:`trainer.sft.fine_tune`, the harness's shared prompt prefix run
-   once per batch): on correct demonstrations until teacher-forced greedy decoding reproduces
-   90% of 16 probe demonstrations exactly (checked every 50 steps; ``steps`` at most), then
-   ``noisy_steps`` on a mix that is correct ``correct_fraction`` of the time. The warm-started
-   policy has the skill but seldom writes the instructed file: RL has to make it reliable.
+3. SFT (:func:`trainer.sft.fine_tune`, the harness's shared prompt prefix run once per
+   batch) on correct demonstrations, first as a sequence-length warmup: ``window_steps`` steps
+   on each sample from ``window`` tokens before its first answer (the instruction and the
+   answers, the harness's long system prompt and tools left out), then on the whole recorded
+   sequences until teacher-forced greedy decoding reproduces 90% of 16 probe demonstrations
+   exactly (checked every 50 steps; ``steps`` at most); then ``noisy_steps`` on a mix that is
+   correct ``correct_fraction`` of the time. The warm-started policy has the skill but seldom
+   writes the instructed file: RL has to make it reliable.
+
+   Why the warmup: copying the word means attending from the answer to one token among the
+   harness's thousands. From a random model that attention gets ~1/length of the gradient,
+   and 1,500 steps on the whole sequences did not find it (Codex, 2.3k tokens: 0 of 16
+   probes); on the short windows it forms in ~250 steps, and then ~100 steps on the whole
+   sequences reproduce 15 of 16 (bench/RESULTS.md).
 
 The result is cached by what decides it: the base model, the settings, the harness, its
 version, its prompt profile and its adapter's source (its config and flags).
@@ -29,6 +38,7 @@ import inspect
 import json
 import random
 from collections.abc import Callable, Sequence
+from enum import Enum
 from pathlib import Path
 from typing import Any
 
@@ -52,27 +62,40 @@ def demo_words(model_dir: Path) -> list[str]:
     return sorted(w for w in corpus_words() if w.isalpha() and len(tok.encode(" " + w)) == 1)
 
 
-def cache_key(base: Path, ws: WarmStartSection, harness: Harness, phase: int = 2) -> str:
-    """What decides the warm-started model (``phase=1``: the exact phase's model alone)."""
+def _harness_key(base: Path, harness: Harness) -> dict[str, Any]:
+    """What decides a harness's traffic on ``base``: the base's files, the harness, its version,
+    its prompt profile and its adapter's source (its config and flags: a change to it records
+    the demonstrations again)."""
     from infra.tiny_model import directory_digest
 
+    prompt = getattr(harness, "prompt", None)
+    adapter = Path(inspect.getfile(type(harness))).read_bytes()
+    return {
+        "base": directory_digest(base),
+        "harness": [harness.name, harness.version, str(prompt)],
+        "adapter": hashlib.sha256(adapter).hexdigest(),
+    }
+
+
+def _digest(key: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def cache_key(base: Path, ws: WarmStartSection, harness: Harness, phase: int = 2) -> str:
+    """What decides the warm-started model (``phase=1``: the exact phase's model alone)."""
     settings = {k: str(v) for k, v in vars(ws).items()}
     if phase == 1:
         settings.pop("noisy_steps")
         settings.pop("correct_fraction")
-    prompt = getattr(harness, "prompt", None)
-    # The adapter's source decides the harness's settings (its config and flags): a change to it
-    # records the demonstrations again.
-    adapter = Path(inspect.getfile(type(harness))).read_bytes()
-    key = {
-        "base": directory_digest(base),
-        "warm_start": settings,
-        "harness": [harness.name, harness.version, str(prompt)],
-        "adapter": hashlib.sha256(adapter).hexdigest(),
-        "phase": phase,
-        "format": 1,
-    }
-    return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
+    key = {**_harness_key(base, harness), "warm_start": settings, "phase": phase, "format": 1}
+    return _digest(key)
+
+
+def demos_key(base: Path, harness: Harness, words: Sequence[str], play: DemoSettings) -> str:
+    """What decides the recorded demonstrations: the harness on the base, the words and how
+    many times each is played; not the SFT settings, so tuning those records nothing again."""
+    key = {**_harness_key(base, harness), "words": list(words), "per_word": play.per_word}
+    return _digest({**key, "format": 1})
 
 
 class DemoData:
@@ -80,6 +103,7 @@ class DemoData:
     probability ``correct_fraction``, imperfect ones otherwise."""
 
     def __init__(self, demos: list[Demonstration], probes: int, seed: int) -> None:
+        self.window = 0  # > 0: each sample from this many tokens before its first answer
         self.correct = [d for d in demos if d.correct]
         self.wrong = [d for d in demos if not d.correct]
         if not self.correct:
@@ -95,8 +119,14 @@ class DemoData:
         for _ in range(batch):
             wrong = self.wrong and rng.random() >= self.correct_fraction
             demo = rng.choice(self.wrong if wrong else self.correct)
-            out.append(Masked(*rng.choice(demo.samples)))
+            out.append(self._windowed(Masked(*rng.choice(demo.samples))))
         return out
+
+    def _windowed(self, sample: Masked) -> Masked:
+        if not self.window:
+            return sample
+        cut = max(0, list(sample.mask).index(1) - self.window)
+        return Masked(sample.ids[cut:], sample.mask[cut:])
 
     def exact_rate(self, model: Any) -> float:
         """How many probes teacher-forced greedy decoding reproduces token for token."""
@@ -134,17 +164,22 @@ def harness_warm_start(
     )
     key1 = cache_key(base, ws, harness, phase=1)
     exact = cache / f"warm-{harness.name}-exact-{key1}"
-    demos = recorded(harness, base, words, play, cache / f"demos-{harness.name}-{key1}", say)
+    demos_dir = cache / f"demos-{harness.name}-{demos_key(base, harness, words, play)}"
+    demos = recorded(harness, base, words, play, demos_dir, say)
     data = DemoData(demos, PROBES, ws.seed)
     say(f"  {len(data.correct)} correct and {len(data.wrong)} imperfect demonstrations")
-    current = base
     if (exact / "config.json").exists():
         say(f"  SFT phase 1: reusing {exact}")
-        current = exact
     else:
-        current = _phase(current, exact, data, ws, 1, say)
+        current = base
+        if ws.window and ws.window_steps:
+            data.window = ws.window
+            warmup = exact.with_name(f"{exact.name}-window")
+            current = _phase(current, warmup, data, ws, Phase.WINDOW, say)
+            data.window = 0
+        _phase(current, exact, data, ws, Phase.EXACT, say)
     data.correct_fraction = ws.correct_fraction
-    return _phase(current, out, data, ws, 2, say)
+    return _phase(exact, out, data, ws, Phase.NOISY, say)
 
 
 def recorded(
@@ -166,26 +201,34 @@ def recorded(
     return demos
 
 
+class Phase(Enum):
+    WINDOW = "1a"  # the sequence-length warmup on correct demonstrations
+    EXACT = "1"  # the whole sequences of correct demonstrations, until they are reproduced
+    NOISY = "2"  # the mix that is correct correct_fraction of the time
+
+
 def _phase(
     model_dir: Path,
     out: Path,
     data: DemoData,
     ws: WarmStartSection,
-    phase: int,
+    phase: Phase,
     say: Callable[[str], None],
 ) -> Path:
-    steps = ws.steps if phase == 1 else ws.noisy_steps
+    steps = {Phase.WINDOW: ws.window_steps, Phase.EXACT: ws.steps, Phase.NOISY: ws.noisy_steps}
+    total = steps[phase]
+    what = f" (the last {data.window} tokens before the answers)" if data.window else ""
 
     def report(step: int, loss: float) -> None:
-        if step % 50 == 0 or step == steps:
-            say(f"  SFT phase {phase}: step {step}/{steps}, loss {loss:.3f}")
+        if step % 50 == 0 or step == total:
+            say(f"  SFT phase {phase.value}: step {step}/{total}{what}, loss {loss:.3f}")
 
     def reproduces(model: Any) -> bool:
         rate = data.exact_rate(model)
         say(f"  SFT phase 1: greedy decoding reproduces {rate:.2f} of {len(data.probes)} probes")
         return rate >= EXACT_RATE
 
-    cfg = SFTConfig(steps=steps, batch=ws.batch, lr=ws.lr, seed=ws.seed + phase - 1)
-    return fine_tune(
-        model_dir, out, data, cfg, on_step=report, done=reproduces if phase == 1 else None
-    )
+    seed = ws.seed + list(Phase).index(phase)
+    cfg = SFTConfig(steps=total, batch=ws.batch, lr=ws.lr, seed=seed)
+    done = reproduces if phase is Phase.EXACT else None
+    return fine_tune(model_dir, out, data, cfg, on_step=report, done=done)

@@ -37,6 +37,8 @@ WORKDIR = "/app"
 TARGET = "answer.txt"
 COPY_RATE = 0.9  # phase 1 ends once greedy decoding copies the word this often
 WRONG_TARGETS = ("answer.md", "answers.txt", "/tmp/answer.txt", "notes.txt")
+# Settings of the harness-traffic recipe alone: they do not decide this recipe's model.
+HARNESS_TRAFFIC_ONLY = ("window", "window_steps")
 
 
 class EchoWordsData:
@@ -141,7 +143,7 @@ def cache_key(base: Path, ws: WarmStartSection, phase: int = 2) -> str:
     """
     from infra.tiny_model import directory_digest
 
-    settings = {k: str(v) for k, v in vars(ws).items()}
+    settings = {k: str(v) for k, v in vars(ws).items() if k not in HARNESS_TRAFFIC_ONLY}
     if phase == 1:
         settings.pop("noisy_steps")
         settings.pop("correct_fraction")

@@ -7,16 +7,19 @@ verifier's reward; a few SFT steps on them make a model vLLM can load."""
 from __future__ import annotations
 
 import json
+import random
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from transformers import AutoTokenizer
 
 from infra.eventlog import EVENTS_TOPIC, records_in
 from infra.harnesses import HARNESSES, NpmHarness, PromptProfile
 from openforge.stack import tiny_model
 from openforge.train.config import WarmStartRecipe, WarmStartSection
-from openforge.train.demonstrations import DemoSettings, record
+from openforge.train.demonstrations import Demonstration, DemoSettings, record
 from openforge.train.harness_warmstart import DemoData, harness_warm_start
 from openforge.train.teacher import TARGET
 from schemas.completion import CompletionEvent
@@ -86,7 +89,7 @@ def test_a_short_warm_start_makes_a_model_and_is_cached(model_dir: Path, tmp_pat
     harness = HARNESSES["codex"](prompt=PromptProfile.LEAN)  # type: ignore[call-arg]
     ws = WarmStartSection(
         recipe=WarmStartRecipe.HARNESS_TRAFFIC, steps=2, noisy_steps=1, correct_fraction=0.5,
-        batch=2,
+        batch=2, window=16, window_steps=2,
     )  # fmt: skip
     said: list[str] = []
     play = DemoSettings(per_word=2, context=CONTEXT)
@@ -95,6 +98,10 @@ def test_a_short_warm_start_makes_a_model_and_is_cached(model_dir: Path, tmp_pat
     out = harness_warm_start(model_dir, ws, harness, play, cache, said.append, words)
     assert (out / "config.json").exists() and (out / "tokenizer.json").exists()
     assert any("2 correct" in s or "3 correct" in s for s in said), said
+    # The sequence-length warmup ran first, then the whole sequences, then the noisy mix.
+    phases = [s.split(":")[0].strip() for s in said if s.strip().startswith("SFT phase")]
+    assert phases[0] == "SFT phase 1a" and phases[-1] == "SFT phase 2", said
+    assert "1: step 2/2" in "".join(said), said
     again: list[str] = []
     assert harness_warm_start(model_dir, ws, harness, play, cache, again.append, words) == out
     assert again == [f"warm start: reusing {out}"]
@@ -103,3 +110,29 @@ def test_a_short_warm_start_makes_a_model_and_is_cached(model_dir: Path, tmp_pat
 def test_no_correct_demonstration_is_an_error() -> None:
     with pytest.raises(ConfigError, match="no correct demonstration"):
         DemoData([], probes=4, seed=0)
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    before=st.integers(0, 300),
+    answers=st.lists(st.tuples(st.integers(1, 9), st.integers(0, 9)), min_size=1, max_size=3),
+    window=st.integers(1, 100),
+)
+def test_the_window_keeps_the_tokens_before_the_first_answer_and_everything_after(
+    before: int, answers: list[tuple[int, int]], window: int
+) -> None:
+    """The warmup's sample: ``window`` tokens (or all there are) before the first trained
+    token, then the rest of the recorded sequence as it is, its loss mask with it."""
+    ids, mask = list(range(before)), [0] * before
+    for trained, context in answers:  # an answer, then what the harness sent back
+        mask += [1] * trained + [0] * context
+        ids += list(range(len(ids), len(ids) + trained + context))
+    demo = Demonstration("r", "w", True, [(ids, mask)])
+    data = DemoData([demo], probes=1, seed=0)
+    data.window = window
+    (sample,) = data(random.Random(0), 1)
+    kept = min(before, window)
+    assert list(sample.ids) == ids[before - kept :]
+    assert list(sample.mask) == mask[before - kept :]
+    data.window = 0
+    assert list(data(random.Random(0), 1)[0].ids) == ids
