@@ -18,7 +18,7 @@ list a tuple, so a loaded task cannot be changed by accident.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from pathlib import Path
 from types import MappingProxyType
@@ -160,3 +160,8 @@ class Task:
     def solve_script(self) -> Path | None:
         sol = self.solution_dir
         return sol / "solve.sh" if sol is not None else None
+
+    def with_memory(self, memory_mb: int) -> Task:
+        """The task with its sandbox's memory set to ``memory_mb`` (as Harbor's
+        ``--override-memory-mb``: what a harness needs can exceed what the task declares)."""
+        return replace(self, environment=replace(self.environment, memory_mb=memory_mb))

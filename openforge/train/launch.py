@@ -94,8 +94,10 @@ def prepare_model(cfg: TrainConfig, say: Callable[[str], None] = print) -> Path:
     return warm_start(base, cfg.warm_start, cfg.harness, cache, say)
 
 
-def _split(dataset: str, split: str) -> list[Task]:
-    return list(load_dataset(Path(dataset), split=split))
+def _split(cfg: TrainConfig, split: str) -> list[Task]:
+    tasks = list(load_dataset(Path(cfg.tasks.dataset), split=split))
+    memory = cfg.rollouts.override_memory_mb
+    return [t.with_memory(memory) for t in tasks] if memory else tasks
 
 
 def launch_tag(root: Path) -> str:
@@ -130,8 +132,8 @@ def prepare_launch(cfg: TrainConfig, root: Path, say: Callable[[str], None] = pr
     """The run directory ``root`` with its resolved config, and what this launch starts from."""
     root.mkdir(parents=True, exist_ok=True)
     (root / "config.toml").write_text(cfg.to_toml())
-    train_tasks = _split(cfg.tasks.dataset, cfg.tasks.train_split)
-    heldout = _split(cfg.tasks.dataset, cfg.tasks.heldout_split)
+    train_tasks = _split(cfg, cfg.tasks.train_split)
+    heldout = _split(cfg, cfg.tasks.heldout_split)
     if cfg.evaluation.tasks:
         heldout = heldout[: cfg.evaluation.tasks]
     if not train_tasks:

@@ -45,6 +45,8 @@ def test_every_field_has_a_default_and_a_description() -> None:
         ({"trainer": {"steps": 0}}, "trainer.steps must be at least 1"),
         ({"trainer": {"lr": -1.0}}, "trainer.lr must be >= 0"),
         ({"evaluation": {"tasks": -1}}, "evaluation.tasks must be >= 0"),
+        ({"rollouts": {"override_memory_mb": -1}}, "rollouts.override_memory_mb must be >= 0"),
+        ({"warm_start": {"window": -1}}, "steps, noisy_steps, window and window_steps must be"),
         ({"rollouts": {"backend": "pods"}}, "choose one of local, kubernetes"),
         (
             {"rollouts": {"backend": "kubernetes"}, "proxy": {"workers": 2}},
@@ -200,3 +202,15 @@ def test_the_reward_policy_reaches_the_pipelines_command_line(tmp_path: Path) ->
     bad = [*argv[:-1], "--reward-weight=thumbs", "--stop-when-idle=1"]
     done = subprocess.run(bad, capture_output=True, text=True, timeout=120)
     assert done.returncode != 0 and "NAME=WEIGHT" in done.stdout + done.stderr
+
+
+def test_the_memory_override_reaches_every_task_of_both_splits() -> None:
+    """OpenClaw's config raises each task's sandbox to 4 GiB (the tasks declare 1 GiB); the
+    main job's leaves the tasks' own."""
+    from openforge.train.launch import _split
+
+    for config, memory in [("cpu-demo-openclaw.toml", 4096), ("cpu-demo.toml", 1024)]:
+        cfg = load_config(ROOT / "examples" / config)
+        for split in (cfg.tasks.train_split, cfg.tasks.heldout_split):
+            tasks = _split(cfg, split)
+            assert tasks and {t.environment.memory_mb for t in tasks} == {memory}

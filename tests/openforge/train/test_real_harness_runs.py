@@ -1,14 +1,15 @@
 """`openforge train` with a real harness (issue 49, item 6): the main job's config with
-``harness.name`` set to Codex or Claude Code (their lean prompt), shortened to 2 updates, as a
-user types it. The raw tiny model (no warm start): this checks the wiring, not the learning.
+``harness.name`` set to Codex, Claude Code or OpenClaw (their lean prompt), shortened to 2
+updates, as a user types it. The raw tiny model (no warm start): this checks the wiring, not
+the learning.
 
 Checked beyond the main job's checks (``checks.check_run``): the trained calls are the
 harness's own (its dialect, its prompt with its shell tool, recorded by the proxy), the updates
 consumed exactly those episodes, and the adapter the harness was served after each update is
 the one the trainer exported for it (vLLM's adapter and policy version on every later call).
 
-OpenClaw is not run here: in the echo-words tasks' declared 1 GiB it is OOM-killed (its
-demonstrations run in tasks of 4 GiB: tests/openforge/train/test_harness_warmstart.py).
+OpenClaw's config raises every task's sandbox to 4 GiB (``rollouts.override_memory_mb``, as
+Harbor's ``--override-memory-mb``): in the echo-words tasks' declared 1 GiB it is OOM-killed.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from tests.openforge.train.checks import check_run
 ROOT = Path(__file__).resolve().parents[3]
 
 
-@pytest.mark.parametrize("name", ["codex", "claude-code"])
+@pytest.mark.parametrize("name", ["codex", "claude-code", "openclaw"])
 def test_two_updates_on_the_real_harness_own_calls(name: str) -> None:
     out = Path("runs") / f"test-{name}"  # relative, as a user types it
     shutil.rmtree(ROOT / out, ignore_errors=True)  # a run directory left behind would resume
@@ -84,3 +85,9 @@ def test_two_updates_on_the_real_harness_own_calls(name: str) -> None:
     later = [c for c in calls if any(s.version == 1 for s in c.policy_versions)]
     assert later and all(c.model == "policy" for c in later)
     assert (run / "trainer" / "export" / "v1" / "adapter_model.safetensors").exists()
+    # vLLM's own counters of the run's calls: prefill and decode split, and the harness's
+    # shared system prompt and tools served from the prefix cache after the first calls.
+    engine = json.loads((run / "engine.json").read_text())
+    assert engine["calls"] >= len(calls)
+    assert engine["prefill_ms_per_call"] > 0 and engine["decode_ms_per_call"] > 0
+    assert engine["prefix_cache_hit_rate"] > 0.5, engine
