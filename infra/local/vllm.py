@@ -92,6 +92,10 @@ class VLLMServer(LocalService):
             "processed_logprobs",
             "--max-logprobs",
             "20",
+            # A harness resends its system prompt and tools (thousands of tokens) every call:
+            # they are prefilled once and served from the cache after (the default of vLLM's
+            # V1 engine on CPU, stated so a change of default cannot turn it off unseen).
+            "--enable-prefix-caching",
             # Engine stats stay on: its /metrics (requests running, queue, token counts) is what
             # the trainer's engine meter and an operator read (infra/engine_meter.py).
             "--uvicorn-log-level",

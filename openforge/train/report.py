@@ -17,6 +17,7 @@ from rich.live import Live as RichLive
 from rich.table import Table
 from rich.text import Text
 
+from infra.engine_meter import EngineTotals
 from openforge.train.config import TrainConfig
 from openforge.train.driver import EvalLog, Evaluation, RolloutDriver
 from orchestrator.run import Orchestrator
@@ -251,3 +252,9 @@ def write_report(root: Path, evals: list[Evaluation], title: str, seconds: float
     summary = run_summary(root, seconds)
     write_summary(root, summary)
     return Report(summary, metrics, curves)
+
+
+def write_engine_totals(root: Path, totals: EngineTotals) -> None:
+    """``engine.json``: where the engine's time went per call in this launch (vLLM's own
+    counters: prefill and decode milliseconds, tokens, the prefix cache's hit rate)."""
+    (root / "engine.json").write_text(json.dumps(totals.per_call(), indent=2) + "\n")

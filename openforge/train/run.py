@@ -51,7 +51,13 @@ from openforge.train.config import TrainConfig
 from openforge.train.drain import drain
 from openforge.train.driver import EvalLog, Pacing, RolloutDriver
 from openforge.train.launch import Launch, prepare_launch
-from openforge.train.report import Live, Report, previous_seconds, write_report
+from openforge.train.report import (
+    Live,
+    Report,
+    previous_seconds,
+    write_engine_totals,
+    write_report,
+)
 from orchestrator.backend import RunProxy
 from orchestrator.local import LocalConfig
 from orchestrator.registry import RolloutBackendConfig, build_backend
@@ -172,6 +178,7 @@ class TrainingRun:
             engine = stack.enter_context(EngineMeter(vllm.base_url))
             self._train(launch, sync, engine)
             seconds = self._finish(launch)
+            write_engine_totals(self.root, engine.since_start())
         return write_report(self.root, self.evals.rows, self._title(), seconds)
 
     def _nothing_left(self, launch: Launch) -> bool:

@@ -42,3 +42,22 @@ def test_the_meter_reads_idle_then_busy_during_a_generation(vllm_server: VLLMSer
         call.join()
         busy = meter.take()
     assert busy is not None and busy > 0.5, busy
+
+
+def test_engine_totals_split_each_call_and_see_the_prefix_cache(vllm_server: VLLMServer) -> None:
+    """Two calls with one long shared prompt: vLLM's own counters give each call's prefill and
+    decode time and tokens, and the second call's prompt comes from the prefix cache."""
+    prompt = list(range(10, 410)) * 3  # 1,200 token ids, the same both times
+    body = {"model": vllm_server.served_model_name, "prompt": prompt, "max_tokens": 8,
+            "min_tokens": 8, "ignore_eos": True}  # fmt: skip
+    with EngineMeter(vllm_server.base_url, interval=1.0) as meter:
+        for _ in range(2):
+            httpx.post(f"{vllm_server.base_url}/v1/completions", json=body, timeout=120)
+        totals = meter.since_start()
+    per_call = totals.per_call()
+    assert totals.requests == 2 and totals.generation_tokens == 16
+    assert totals.prompt_tokens == 2 * len(prompt)
+    assert per_call["prefill_ms_per_call"] > 0 and per_call["decode_ms_per_call"] > 0
+    # The second call's prompt (all but its last partial block) was served from the cache.
+    assert totals.prefix_cache_hits >= len(prompt) // 2, totals
+    assert 0.25 <= per_call["prefix_cache_hit_rate"] <= 0.5
