@@ -15,6 +15,8 @@ import typer
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from openforge.train.config import TrainConfig
+
 DEMO_CONFIG = Path(__file__).resolve().parents[2] / "examples" / "cpu-demo.toml"
 
 
@@ -36,16 +38,19 @@ def train(
     show_config: Annotated[
         bool, typer.Option(help="Print every field with its default and description, and exit.")
     ] = False,
+    harness: Annotated[
+        str | None,
+        typer.Option(
+            help="Harnesses to compare, comma-separated (e.g. agent,codex,claude-code): the "
+            "config trained once per harness on equal terms, into OUTPUT_DIR/NAME each, and "
+            "compared in OUTPUT_DIR/comparison.png, .json and .html."
+        ),
+    ] = None,
 ) -> None:
     """Train with RL: warm start, vLLM, proxy, pipeline, sandboxed rollouts, trainer, evals."""
     from rich.console import Console
 
-    from openforge.cli.userns import enter_for_containers
     from openforge.train.config_io import describe, load_config
-    from openforge.train.report import live_progress, progress_text
-    from openforge.train.report import summary_table as table
-    from openforge.train.run import TrainingRun
-    from orchestrator.backend import RolloutBackendName
 
     console = Console(soft_wrap=True)  # a path is never broken across lines
     if show_config:
@@ -54,7 +59,33 @@ def train(
     overrides = [*(set_ or [])]
     if proxy_workers is not None:  # checked with the rest when the config is built
         overrides.append(f"proxy.workers={proxy_workers}")
-    cfg = load_config(config, overrides)
+    if harness is None:
+        _train_one(load_config(config, overrides), console)
+        return
+    _compare(config, overrides, [h.strip() for h in harness.split(",") if h.strip()], console)
+
+
+def _compare(config: Path | None, overrides: list[str], names: list[str], console: Console) -> None:
+    """One run per harness, each with its own overrides, then the comparison of them all."""
+    from openforge.train.compare import harness_overrides, write_comparison
+    from openforge.train.config_io import load_config
+
+    output_dir = Path(load_config(config, overrides).run.output_dir)
+    per_harness = harness_overrides(names, output_dir)
+    configs = {n: load_config(config, [*overrides, *o]) for n, o in per_harness.items()}
+    runs = {n: _train_one(cfg, console) for n, cfg in configs.items()}  # checked first, all
+    for path in write_comparison(output_dir, runs):
+        console.print(f"comparison: {path}")
+
+
+def _train_one(cfg: TrainConfig, console: Console) -> Path:
+    """One training run of ``cfg``, reported; its run directory."""
+    from openforge.cli.userns import enter_for_containers
+    from openforge.train.report import live_progress, progress_text
+    from openforge.train.report import summary_table as table
+    from openforge.train.run import TrainingRun
+    from orchestrator.backend import RolloutBackendName
+
     if cfg.rollouts.backend is RolloutBackendName.LOCAL:
         enter_for_containers(cfg.rollouts.sandbox)
     # SIGTERM unwinds like Ctrl-C: sandboxes, the pipeline, the proxy and vLLM are stopped.
@@ -82,6 +113,7 @@ def train(
         f"curves: {report.curves}; metrics: {metrics_csv}; summary: {run.root / 'summary.json'}"
     )
     _fail_if_rollouts_gave_up(console, run.root)
+    return run.root
 
 
 def _fail_if_rollouts_gave_up(console: Console, root: Path) -> None:
@@ -103,7 +135,7 @@ def _fail_if_rollouts_gave_up(console: Console, root: Path) -> None:
 
 def demo() -> None:
     """The main job on its defaults: `openforge train examples/cpu-demo.toml`."""
-    train(DEMO_CONFIG, [], show_config=False)
+    train(DEMO_CONFIG, [], show_config=False, harness=None)
 
 
 def _f(value: float | None) -> str:

@@ -1,7 +1,7 @@
-"""`openforge train` with a real harness (issue 49, item 6): the main job's config with
-``harness.name`` set to Codex, Claude Code or OpenClaw (their lean prompt), shortened to 2
-updates, as a user types it. The raw tiny model (no warm start): this checks the wiring, not
-the learning.
+"""`openforge train` in the real harnesses (issue 49, items 5 and 6): OpenClaw's config with
+``--harness codex,claude-code,openclaw`` (their lean prompts), shortened to 2 updates, as a
+user types it: one run per harness on equal terms, and their comparison. The raw tiny model
+(no warm start): this checks the wiring, not the learning.
 
 Checked beyond the main job's checks (``checks.check_run``): the trained calls are the
 harness's own (its dialect, its prompt with its shell tool, recorded by the proxy), the updates
@@ -35,10 +35,15 @@ from tests.openforge.train.checks import check_run
 ROOT = Path(__file__).resolve().parents[3]
 
 
-@pytest.mark.parametrize("name", ["codex", "claude-code", "openclaw"])
-def test_two_updates_on_the_real_harness_own_calls(name: str) -> None:
-    out = Path("runs") / f"test-{name}"  # relative, as a user types it
-    shutil.rmtree(ROOT / out, ignore_errors=True)  # a run directory left behind would resume
+HARNESS_NAMES = ["codex", "claude-code", "openclaw"]
+OUT = Path("runs") / "test-harnesses"  # relative, as a user types it
+
+
+@pytest.fixture(scope="module")
+def compared() -> Path:
+    """The three real harnesses trained on equal terms in one command (item 5): OpenClaw's
+    config (each task's sandbox at 4 GiB) with ``--harness codex,claude-code,openclaw``."""
+    shutil.rmtree(ROOT / OUT, ignore_errors=True)  # a run directory left behind would resume
     overrides = [
         "warm_start.recipe=none",
         "trainer.steps=2",
@@ -47,14 +52,36 @@ def test_two_updates_on_the_real_harness_own_calls(name: str) -> None:
         "evaluation.every=2",
         "evaluation.samples_per_task=1",
         "evaluation.tasks=2",
-        f"run.output_dir={out}",
+        f"run.output_dir={OUT}",
     ]
-    argv = [sys.executable, "-m", "openforge", "train", f"examples/cpu-demo-{name}.toml"]
+    argv = [sys.executable, "-m", "openforge", "train", "examples/cpu-demo-openclaw.toml"]
     for o in overrides:
         argv += ["--set", o]
-    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=900)
+    argv += ["--harness", ",".join(HARNESS_NAMES)]
+    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=2400)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    run = ROOT / out
+    return ROOT / OUT
+
+
+def test_the_comparison_shows_each_harness_side_by_side(compared: Path) -> None:
+    shown = {f["harness"]: f for f in json.loads((compared / "comparison.json").read_text())}
+    assert sorted(shown) == sorted(HARNESS_NAMES)
+    for figures in shown.values():
+        assert sorted(figures["heldout"]) == ["0", "2"]  # versions 0 and 2, from eval.csv
+        assert len(figures["train_reward"]) == 2 and figures["rollouts"] == 8 + 4
+        assert figures["calls_per_rollout"] >= 1 and figures["prompt_tokens_per_call"] > 500
+        assert figures["prefill_ms_per_call"] > 0 and figures["wall_s"] > 0
+    # Each harness's prompt has its own size (lean profiles: Claude Code's is the shortest).
+    assert shown["claude-code"]["prompt_tokens_per_call"] < shown["codex"]["prompt_tokens_per_call"]
+    png = (compared / "comparison.png").read_bytes()
+    assert png.startswith(b"\x89PNG")
+    page = (compared / "comparison.html").read_text()
+    assert all(name in page for name in HARNESS_NAMES)
+
+
+@pytest.mark.parametrize("name", HARNESS_NAMES)
+def test_two_updates_on_the_real_harness_own_calls(name: str, compared: Path) -> None:
+    run = compared / name
     log_url = f"local:{run / 'log'}"
     check_run(run, log_url, per_update=4)
 
