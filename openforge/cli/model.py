@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
 from typing import Annotated
 
@@ -54,6 +55,9 @@ def warm_start_cmd(
     cfg = load_config(config or DEMO_CONFIG, [*(set_ or [])])
     if cfg.warm_start.recipe is WarmStartRecipe.HARNESS_TRAFFIC:  # it plays tasks in sandboxes
         enter_for_containers(cfg.rollouts.sandbox)
+        # SIGTERM unwinds like Ctrl-C (as in `openforge train`): the sandboxes, the proxy and
+        # the teacher are stopped, not left running.
+        signal.signal(signal.SIGTERM, signal.default_int_handler)
     typer.echo(prepare_model(cfg, say=typer.echo))
 
 

@@ -78,6 +78,12 @@ class WarmStartSection:
         "tokens before its first answer (0: none), then the whole recorded sequence",
     )
     window_steps: int = _f(300, "harness-traffic: SFT steps of that warmup")
+    baseline: float = _f(
+        0.0,
+        "harness-traffic: the noisy phase stops once the instructed file's probability, where "
+        "a correct and an imperfect demonstration part, is within [baseline/2, baseline] "
+        "(0: all noisy_steps)",
+    )
 
 
 @dataclass
@@ -263,6 +269,8 @@ class TrainConfig:
             raise ConfigError("trainer.lr must be >= 0 and warm_start.lr > 0")
         if not 0.0 <= self.warm_start.correct_fraction <= 1.0:
             raise ConfigError("warm_start.correct_fraction must be within [0, 1]")
+        if not 0.0 <= self.warm_start.baseline < 1.0:
+            raise ConfigError("warm_start.baseline must be within [0, 1)")
         if self.trainer.max_staleness < 0 or self.trainer.lora_rank < 0:
             raise ConfigError("trainer.max_staleness and trainer.lora_rank must be >= 0")
         if not 1 <= self.proxy.workers <= MAX_PROXY_WORKERS:

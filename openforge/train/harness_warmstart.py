@@ -18,7 +18,13 @@ traffic, the way SFT-then-RL recipes start (issue 49).
    sequences until teacher-forced greedy decoding reproduces 90% of 16 probe demonstrations
    exactly (checked every 50 steps; ``steps`` at most); then ``noisy_steps`` on a mix that is
    correct ``correct_fraction`` of the time. The warm-started policy has the skill but seldom
-   writes the instructed file: RL has to make it reliable.
+   writes the instructed file: RL has to make it reliable. With ``baseline`` the noisy phase
+   stops at the first check (every 5 steps) where the instructed file's probability (at the
+   token where a word's correct and imperfect demonstrations part, over the probes' words) is
+   within [baseline / 2, baseline]: that one decision swings by tenths from one step to the
+   next (0.99 -> 0.13 -> 0.24 -> 0.61 -> 0.06 in steps 5-40 on Claude Code's traffic), so a
+   fixed step count gives an arbitrary baseline (0 of 32 held-out for Claude Code, 2 of 32
+   for Codex after 60 steps) and a measured stop a stated one.
 
    Why the warmup: copying the word means attending from the answer to one token among the
    harness's thousands. From a random model that attention gets ~1/length of the gradient,
@@ -49,6 +55,7 @@ from schemas.errors import ConfigError
 from trainer.sft import Masked, SFTConfig, fine_tune
 
 EXACT_RATE = 0.9  # phase 1 ends once greedy decoding reproduces this share of the probes
+NOISY_CHECK_EVERY = 5  # phase 2 asks this often whether the baseline is reached
 PROBES = 16
 
 
@@ -84,9 +91,9 @@ def _digest(key: dict[str, Any]) -> str:
 def cache_key(base: Path, ws: WarmStartSection, harness: Harness, phase: int = 2) -> str:
     """What decides the warm-started model (``phase=1``: the exact phase's model alone)."""
     settings = {k: str(v) for k, v in vars(ws).items()}
-    if phase == 1:
-        settings.pop("noisy_steps")
-        settings.pop("correct_fraction")
+    if phase == 1:  # the noisy phase's settings do not decide the exact phase's model
+        for name in ("noisy_steps", "correct_fraction", "baseline"):
+            settings.pop(name)
     key = {**_harness_key(base, harness), "warm_start": settings, "phase": phase, "format": 1}
     return _digest(key)
 
@@ -109,9 +116,10 @@ class DemoData:
         if not self.correct:
             raise ConfigError("no correct demonstration was recorded: see the rollouts' logs")
         rng = random.Random(seed)
-        self.probes = [
-            Masked(*d.samples[0]) for d in rng.sample(self.correct, min(probes, len(self.correct)))
-        ]
+        chosen = rng.sample(self.correct, min(probes, len(self.correct)))
+        self.probes = [Masked(*d.samples[0]) for d in chosen]
+        wrong_of = {d.word: d for d in self.wrong}
+        self.forks = [f for d in chosen if d.word in wrong_of and (f := fork(d, wrong_of[d.word]))]
         self.correct_fraction = 1.0
 
     def __call__(self, rng: random.Random, batch: int) -> list[Masked]:
@@ -127,6 +135,21 @@ class DemoData:
             return sample
         cut = max(0, list(sample.mask).index(1) - self.window)
         return Masked(sample.ids[cut:], sample.mask[cut:])
+
+    def instructed_rate(self, model: Any) -> float | None:
+        """The mean probability, over the probes' words, that the model's answer takes the
+        correct demonstration's way where the imperfect one of the same word parts from it
+        (the file it writes): how often sampling at temperature 1 writes the instructed file.
+        None when no word has both demonstrations."""
+        import torch
+
+        if not self.forks:
+            return None
+        total = 0.0
+        for ids in self.forks:
+            logits = model(input_ids=torch.tensor([ids[:-1]])).logits[0, -1]
+            total += float(torch.softmax(logits.float(), -1)[ids[-1]])
+        return total / len(self.forks)
 
     def exact_rate(self, model: Any) -> float:
         """How many probes teacher-forced greedy decoding reproduces token for token."""
@@ -201,6 +224,15 @@ def recorded(
     return demos
 
 
+def fork(correct: Demonstration, wrong: Demonstration) -> list[int] | None:
+    """The correct demonstration's first sample up to the first token where the imperfect one
+    (of the same word) differs, that token included; None if they do not part at a trained
+    token (another difference came first)."""
+    (a, mask), (b, _) = correct.samples[0], wrong.samples[0]
+    i = next((i for i in range(min(len(a), len(b))) if a[i] != b[i]), None)
+    return list(a[: i + 1]) if i is not None and mask[i] else None
+
+
 class Phase(Enum):
     WINDOW = "1a"  # the sequence-length warmup on correct demonstrations
     EXACT = "1"  # the whole sequences of correct demonstrations, until they are reproduced
@@ -228,7 +260,19 @@ def _phase(
         say(f"  SFT phase 1: greedy decoding reproduces {rate:.2f} of {len(data.probes)} probes")
         return rate >= EXACT_RATE
 
+    def calibrated(model: Any) -> bool:
+        rate = data.instructed_rate(model)
+        if rate is None:
+            return False
+        low, high = ws.baseline / 2, ws.baseline
+        say(f"  SFT phase 2: the instructed file's probability {rate:.3f} (stop: {low}-{high})")
+        return low <= rate <= high
+
     seed = ws.seed + list(Phase).index(phase)
     cfg = SFTConfig(steps=total, batch=ws.batch, lr=ws.lr, seed=seed)
-    done = reproduces if phase is Phase.EXACT else None
-    return fine_tune(model_dir, out, data, cfg, on_step=report, done=done)
+    if phase is Phase.EXACT:
+        return fine_tune(model_dir, out, data, cfg, on_step=report, done=reproduces)
+    if phase is Phase.NOISY and ws.baseline > 0:
+        every = NOISY_CHECK_EVERY
+        return fine_tune(model_dir, out, data, cfg, report, done=calibrated, check_every=every)
+    return fine_tune(model_dir, out, data, cfg, on_step=report)

@@ -38,7 +38,7 @@ TARGET = "answer.txt"
 COPY_RATE = 0.9  # phase 1 ends once greedy decoding copies the word this often
 WRONG_TARGETS = ("answer.md", "answers.txt", "/tmp/answer.txt", "notes.txt")
 # Settings of the harness-traffic recipe alone: they do not decide this recipe's model.
-HARNESS_TRAFFIC_ONLY = ("window", "window_steps")
+HARNESS_TRAFFIC_ONLY = ("window", "window_steps", "baseline")
 
 
 class EchoWordsData:
