@@ -20,7 +20,7 @@ from infra.harnesses import HARNESSES, NpmHarness, PromptProfile
 from openforge.stack import tiny_model
 from openforge.train.config import WarmStartRecipe, WarmStartSection
 from openforge.train.demonstrations import Demonstration, DemoSettings, record
-from openforge.train.harness_warmstart import DemoData, harness_warm_start
+from openforge.train.harness_warmstart import DemoData, fork, harness_warm_start
 from openforge.train.teacher import TARGET
 from schemas.completion import CompletionEvent
 from schemas.delta import Reconstructor
@@ -136,3 +136,23 @@ def test_the_window_keeps_the_tokens_before_the_first_answer_and_everything_afte
     assert list(sample.mask) == mask[before - kept :]
     data.window = 0
     assert list(data(random.Random(0), 1)[0].ids) == ids
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    prompt=st.lists(st.integers(0, 50), min_size=1, max_size=40),
+    shared=st.lists(st.integers(0, 50), max_size=10),
+    right=st.integers(51, 60),
+    wrong=st.integers(61, 70),
+)
+def test_a_fork_is_where_the_correct_and_the_imperfect_answer_part(
+    prompt: list[int], shared: list[int], right: int, wrong: int
+) -> None:
+    """The noisy phase's measure: the correct demonstration up to the first answer token the
+    imperfect one of the same word does not share; none if they part in the prompt."""
+    mask = [0] * len(prompt) + [1] * (len(shared) + 1)
+    good = Demonstration("a", "w", True, [([*prompt, *shared, right], mask)])
+    bad = Demonstration("b", "w", False, [([*prompt, *shared, wrong], mask)])
+    assert fork(good, bad) == [*prompt, *shared, right]
+    other = Demonstration("c", "w", False, [([prompt[0] + 100, *prompt[1:], *shared, right], mask)])
+    assert fork(good, other) is None
