@@ -22,15 +22,13 @@ traffic, the way SFT-then-RL recipes start (issue 49).
    stops at the first check (every 5 steps) where the instructed file's probability (at the
    token where a word's correct and imperfect demonstrations part, over the probes' words) is
    within [baseline / 2, baseline]: that one decision swings by tenths from one step to the
-   next (0.99 -> 0.13 -> 0.24 -> 0.61 -> 0.06 in steps 5-40 on Claude Code's traffic), so a
-   fixed step count gives an arbitrary baseline (0 of 32 held-out for Claude Code, 2 of 32
-   for Codex after 60 steps) and a measured stop a stated one.
+   next, so a fixed step count gives an arbitrary baseline and a measured stop a stated one.
 
    Why the warmup: copying the word means attending from the answer to one token among the
-   harness's thousands. From a random model that attention gets ~1/length of the gradient,
-   and 1,500 steps on the whole sequences did not find it (Codex, 2.3k tokens: 0 of 16
-   probes); on the short windows it forms in ~250 steps, and then ~100 steps on the whole
-   sequences reproduce 15 of 16 (bench/RESULTS.md).
+   harness's thousands; from a random model that attention gets ~1/length of the gradient,
+   and on the whole sequences alone the copying did not form, where on the short windows it
+   does and then carries over (the figures: bench/RESULTS.md, "Training in the real
+   harnesses").
 
 The result is cached by what decides it: the base model, the settings, the harness, its
 version, its prompt profile and its adapter's source (its config and flags).
