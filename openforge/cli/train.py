@@ -42,8 +42,9 @@ def train(
         str | None,
         typer.Option(
             help="Harnesses to compare, comma-separated (e.g. agent,codex,claude-code): the "
-            "config trained once per harness on equal terms, into OUTPUT_DIR/NAME each, and "
-            "compared in OUTPUT_DIR/comparison.png, .json and .html."
+            "config trained once per harness on equal terms, each into a subdirectory of the "
+            "run's output directory named after it, and compared there in comparison.png, "
+            ".json and .html."
         ),
     ] = None,
 ) -> None:
