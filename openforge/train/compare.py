@@ -17,7 +17,6 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from openforge.train.driver import EvalLog
 from openforge.train.report import read_metrics
 from orchestrator.rundir import RunDir
 from schemas.errors import ConfigError
@@ -61,7 +60,7 @@ def figures(harness: str, run: Path) -> HarnessFigures:
     summary = json.loads((run / "summary.json").read_text())
     return HarnessFigures(
         harness=harness,
-        heldout={e.policy_version: e.mean_reward for e in EvalLog(run / "eval.csv").rows},
+        heldout={int(v): float(r) for v, r in summary["heldout"].items()},
         train_reward=[r["reward/mean"] for r in read_metrics(run / "trainer" / "metrics.csv")],
         rollouts=len(outcomes),
         calls_per_rollout=round(calls, 2),

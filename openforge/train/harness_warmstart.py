@@ -41,6 +41,7 @@ import hashlib
 import inspect
 import json
 import random
+import shutil
 from collections.abc import Callable, Sequence
 from enum import Enum
 from pathlib import Path
@@ -53,6 +54,7 @@ from schemas.errors import ConfigError
 from trainer.sft import Masked, SFTConfig, fine_tune
 
 EXACT_RATE = 0.9  # phase 1 ends once greedy decoding reproduces this share of the probes
+EXACT_CHECK_EVERY = 50  # phase 1 asks this often whether the probes are reproduced
 NOISY_CHECK_EVERY = 5  # phase 2 asks this often whether the baseline is reached
 PROBES = 16
 
@@ -199,6 +201,8 @@ def harness_warm_start(
             current = _phase(current, warmup, data, ws, Phase.WINDOW, say)
             data.window = 0
         _phase(current, exact, data, ws, Phase.EXACT, say)
+        if current != base:  # the warmup's model is a step on the way, not kept in the cache
+            shutil.rmtree(current, ignore_errors=True)
     data.correct_fraction = ws.correct_fraction
     return _phase(exact, out, data, ws, Phase.NOISY, say)
 
@@ -266,11 +270,12 @@ def _phase(
         say(f"  SFT phase 2: the instructed file's probability {rate:.3f} (stop: {low}-{high})")
         return low <= rate <= high
 
+    done: Callable[[Any], bool] | None = None
+    every = EXACT_CHECK_EVERY
+    if phase is Phase.EXACT:
+        done = reproduces
+    elif phase is Phase.NOISY and ws.baseline > 0:
+        done, every = calibrated, NOISY_CHECK_EVERY
     seed = ws.seed + list(Phase).index(phase)
     cfg = SFTConfig(steps=total, batch=ws.batch, lr=ws.lr, seed=seed)
-    if phase is Phase.EXACT:
-        return fine_tune(model_dir, out, data, cfg, on_step=report, done=reproduces)
-    if phase is Phase.NOISY and ws.baseline > 0:
-        every = NOISY_CHECK_EVERY
-        return fine_tune(model_dir, out, data, cfg, report, done=calibrated, check_every=every)
-    return fine_tune(model_dir, out, data, cfg, on_step=report)
+    return fine_tune(model_dir, out, data, cfg, on_step=report, done=done, check_every=every)
