@@ -10,6 +10,7 @@ from __future__ import annotations
 import abc
 import contextlib
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -26,8 +27,32 @@ from schemas.errors import ServiceError
 SERVICE_ID_ENV = "OPENFORGE_SERVICE_ID"
 
 
+EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+
+
+def _service_ports() -> range:
+    """Ports below the kernel's ephemeral range: an outgoing connection (any process's) takes
+    its local port from that range, so a port picked there can be taken before the service
+    that was given it binds it (kube-proxy's health port was, in CI: "address already in use")."""
+    try:
+        low = int(EPHEMERAL_RANGE.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    return range(10_000, max(low, 10_001))
+
+
 def free_port() -> int:
-    """An unused TCP port on the loopback interface."""
+    """An unused TCP port on the loopback interface, below the ephemeral range (see
+    :func:`_service_ports`); the kernel's pick if none of a few random tries binds."""
+    ports = _service_ports()
+    for _ in range(64):
+        port = random.choice(ports)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])

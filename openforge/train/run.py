@@ -173,9 +173,10 @@ class TrainingRun:
             services, vllm, sync = self._start_stack(stack, launch, cluster)
             job = pipeline_job(self.cfg, self.root, launch.log_url)
             pipeline = stack.enter_context(pipeline_process(job, self.root / "pipeline.log"))
+            # Before the driver: its first calls are counted in engine.json too.
+            engine = stack.enter_context(EngineMeter(vllm.base_url))
             self._start_driver(stack, launch, services, cluster)
             self._start_watchdog([vllm, pipeline])
-            engine = stack.enter_context(EngineMeter(vllm.base_url))
             self._train(launch, sync, engine)
             seconds = self._finish(launch)
             write_engine_totals(self.root, engine.since_start())

