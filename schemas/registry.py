@@ -9,7 +9,7 @@ hierarchy, because every package may depend on ``schemas``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from enum import StrEnum
 from typing import Generic, TypeVar
 
@@ -17,6 +17,13 @@ from schemas.errors import ConfigError
 
 V = TypeVar("V")
 E = TypeVar("E", bound=StrEnum)
+
+
+def one_of(names: Iterable[str], last: str = "or") -> str:
+    """``names`` as a sentence's list: ``"a, b or c"`` (help texts and errors take the names
+    from the registry or enum that defines them, never by hand)."""
+    items = [str(getattr(n, "value", n)) for n in names]
+    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} {last} {items[-1]}"
 
 
 def choose(modes: type[E], value: str, kind: str) -> E:
@@ -66,6 +73,10 @@ class Registry(Generic[V]):
 
     def names(self) -> list[str]:
         return sorted(self._entries)
+
+    def listing(self, last: str = "or") -> str:
+        """The names as a sentence's list (``"a, b or c"``), for help texts and errors."""
+        return one_of(self.names(), last)
 
     def __contains__(self, name: object) -> bool:
         return str(name) in self._entries

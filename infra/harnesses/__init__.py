@@ -47,6 +47,12 @@ def model_harnesses(surface: Surface = Surface.WORKSPACE) -> list[str]:
     ]
 
 
+def shell_harnesses() -> list[str]:
+    """The names of the harnesses with a tool that runs a command (what the harness-traffic
+    warm start demonstrates with), sorted."""
+    return [name for name in HARNESSES if HARNESSES[name].shell_tool is not None]
+
+
 __all__ = [
     "HARNESSES",
     "Agent",
@@ -70,4 +76,5 @@ __all__ = [
     "Surface",
     "harness",
     "model_harnesses",
+    "shell_harnesses",
 ]

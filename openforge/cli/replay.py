@@ -8,6 +8,7 @@ from typing import Annotated
 
 import typer
 
+from schemas.registry import one_of
 from trainer.algorithm_names import AdvantageEstimator
 from trainer.backends import BackendName
 
@@ -137,7 +138,8 @@ def train(
         bool, typer.Option("--sft", help="Supervised fine-tuning on the generated tokens.")
     ] = False,
     backend: Annotated[
-        BackendName, typer.Option(help="RL trainer backend: cpu (reference) or verl.")
+        BackendName,
+        typer.Option(help=f"RL trainer backend: {one_of(BackendName)} (cpu: the reference)."),
     ] = BackendName.CPU,
     lora_rank: Annotated[int, typer.Option(help="RL: LoRA rank; 0 trains full weights.")] = 8,
     lr: Annotated[float, typer.Option(help="Learning rate.")] = 1e-3,

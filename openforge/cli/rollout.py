@@ -9,6 +9,8 @@ from typing import Annotated
 
 import typer
 
+from infra.harnesses import HARNESSES
+
 app = typer.Typer(
     help="Run one harness through a proxy, unsandboxed (debugging).", no_args_is_help=True
 )
@@ -18,7 +20,7 @@ app = typer.Typer(
 def run(
     harness_name: Annotated[
         str,
-        typer.Argument(metavar="HARNESS", help="agent, claude-code, codex, openclaw or oracle."),
+        typer.Argument(metavar="HARNESS", help=f"The harness: {HARNESSES.listing()}."),
     ],
     task: Annotated[str, typer.Argument(help="The task prompt.")],
     proxy: Annotated[str, typer.Option(help="The proxy's base URL.")] = "http://127.0.0.1:8100",

@@ -12,6 +12,11 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from infra.harnesses import HARNESSES
+from orchestrator.backend import RolloutBackendName
+from orchestrator.environments import SandboxMode
+from schemas.registry import one_of
+
 if TYPE_CHECKING:
     from rich.console import Console
 
@@ -42,13 +47,19 @@ def run(
     harness_name: Annotated[
         str,
         typer.Option(
-            "--harness", help="agent, claude-code, codex, openclaw, oracle (solution) or noop."
+            "--harness",
+            help=f"The harness: {HARNESSES.listing()} (oracle runs the task's solution, noop "
+            "does nothing).",
         ),
     ] = "oracle",
     n: Annotated[int, typer.Option("--n", help="Samples per task (one group per task).")] = 1,
     concurrency: Annotated[int, typer.Option(help="Rollouts running at once.")] = 4,
     backend: Annotated[
-        str, typer.Option(help="Rollout backend: local (sandboxes) or kubernetes (pods).")
+        str,
+        typer.Option(
+            help=f"Rollout backend: {one_of(RolloutBackendName)} (sandboxes on this machine, "
+            "or pods)."
+        ),
     ] = "local",
     out: Annotated[Path, typer.Option(help="The run directory.", resolve_path=True)] = Path(
         "runs/rollouts"
@@ -74,9 +85,9 @@ def run(
     sandbox: Annotated[
         str,
         typer.Option(
-            help="(local backend) auto: a task with a Dockerfile runs in a container of its "
-            "own image, others in bubblewrap; container; or bubblewrap: every task on this "
-            "machine's root filesystem."
+            help=f"(local backend) {one_of(SandboxMode)}. auto: a task with a Dockerfile "
+            "runs in a container of its own image, others in bubblewrap; container; "
+            "bubblewrap: every task on this machine's root filesystem."
         ),
     ] = "auto",
     strict_images: Annotated[

@@ -20,6 +20,8 @@ import typer
 
 from openforge.cli.paths import absolute_location
 from openforge.cli.pipeline import ON_MISSING_REWARD, REWARD_REQUIRED, REWARD_WEIGHTS
+from openforge.traffic.harness_users import HARNESS_USERS
+from schemas.registry import one_of
 from trainer.backends import BackendName
 
 if TYPE_CHECKING:
@@ -62,7 +64,8 @@ def serve(
         int, typer.Option(help="Drop an episode more policy versions behind than this.")
     ] = 8,
     trainer_backend: Annotated[
-        BackendName, typer.Option(help="cpu (the reference, one process) or verl (veRL's FSDP).")
+        BackendName,
+        typer.Option(help=f"{one_of(BackendName)} (cpu: the reference, one process; verl: FSDP)."),
     ] = BackendName.CPU,
     trainer_ranks: Annotated[
         int, typer.Option(help="Trainer processes under torchrun, one per GPU (verl only).")
@@ -166,8 +169,8 @@ def traffic(
     harness: Annotated[
         list[str] | None,
         typer.Option(
-            help="A real harness that plays sessions too, in turn with the dialects: codex or "
-            "claude-code (repeatable; installed by scripts/setup harnesses)."
+            help="A real harness that plays sessions too, in turn with the dialects: "
+            f"{one_of(HARNESS_USERS)} (repeatable; installed by scripts/setup harnesses)."
         ),
     ] = None,
 ) -> None:

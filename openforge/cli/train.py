@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from infra.harnesses import HARNESSES
+
 if TYPE_CHECKING:
     from rich.console import Console
 
@@ -41,7 +43,8 @@ def train(
     harness: Annotated[
         str | None,
         typer.Option(
-            help="Harnesses to compare, comma-separated (e.g. agent,codex,claude-code): the "
+            help=f"Harnesses to compare, comma-separated ({HARNESSES.listing()}; e.g. "
+            "agent,codex,claude-code): the "
             "config trained once per harness on equal terms, each into a subdirectory of the "
             "run's output directory named after it, and compared there in comparison.png, "
             ".json and .html."

@@ -17,6 +17,8 @@ from openforge.query.cost_views import ROLLOUT_COSTS, STEP_COSTS
 from openforge.query.view import STEP_RECORDS as _STEPS
 from openforge.query.view import View
 from openforge.query.view import unique as _unique
+from schemas.enums import CompletionStatus, ContinuityClass, Dialect
+from schemas.registry import one_of
 
 _COMPLETIONS = _unique("raw.completion", "event_id")
 # An episode supersedes a dead letter of the same rollout (same episode id); then the latest.
@@ -62,17 +64,16 @@ COMPLETIONS = View(
         ("task_id", "the task of the rollout"),
         ("harness", "the harness that made the call"),
         ("harness_version", "its version"),
-        ("dialect", "the API dialect: chat, responses or messages"),
+        ("dialect", f"the API dialect: {one_of(Dialect)}"),
         ("streamed", "whether the harness asked for a stream"),
         ("model", "the model name the harness asked for"),
         (
             "status",
-            "how the call ended: ok, upstream_error, client_disconnected, timeout, rejected",
+            f"how the call ended: {one_of(CompletionStatus)}",
         ),
         (
             "continuity",
-            "how the prompt relates to the thread's previous call: first, exact, retry, "
-            "rewritten, injected, dropped, compacted, unrelated",
+            f"how the prompt relates to the thread's previous call: {one_of(ContinuityClass)}",
         ),
         ("retry_of", "event id of the earlier attempt of the same call"),
         ("side_call", "outside the main thread (a title request, another model): never trained"),

@@ -27,6 +27,7 @@ from infra.harnesses.runner import run_invocation
 from openforge.traffic.dialects import Dialect
 from openforge.traffic.users import SessionPlan, SessionResult
 from schemas.errors import ConfigError
+from schemas.registry import one_of
 
 HARNESS_USERS = ("codex", "claude-code")  # each reports the session id its header carries
 
@@ -35,8 +36,8 @@ def harness_dialect(name: str) -> Dialect:
     """The dialect harness ``name`` speaks; a ConfigError for one that cannot be a user."""
     if name not in HARNESS_USERS:
         raise ConfigError(
-            f"harness {name!r} cannot be a simulated user: choose from "
-            f"{', '.join(HARNESS_USERS)} (a user's feedback needs the session id the harness "
+            f"harness {name!r} cannot be a simulated user: choose {one_of(HARNESS_USERS)} "
+            "(a user's feedback needs the session id the harness "
             "reports; OpenClaw names its calls by a trace id it does not report)"
         )
     speaks = harness(name).dialect

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from enum import Enum, StrEnum
 from typing import Any
 
-from infra.harnesses import PromptProfile
+from infra.harnesses import HARNESSES, PromptProfile
 from infra.harnesses.browser import Observation
 from infra.images import DEFAULT_FALLBACKS
 from orchestrator.backend import RolloutBackendName
@@ -100,7 +100,7 @@ class TasksSection:
 
 @dataclass
 class HarnessSection:
-    name: str = _f("agent", "harness playing the tasks: agent, browser, codex, claude-code, ...")
+    name: str = _f("agent", f"harness playing the tasks: {HARNESSES.listing()}")
     max_turns: int = _f(2, "model calls per rollout at most (agent and browser harnesses)")
     max_tokens: int = _f(48, "tokens per model answer at most (agent and browser harnesses)")
     prompt: PromptProfile = _f(

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from infra.eventlog import EVENTS_TOPIC, records_in
-from infra.harnesses import Harness
+from infra.harnesses import Harness, shell_harnesses
 from infra.images import ImagePolicy
 from infra.proxy_client import ProxyAdmin
 from infra.tasks import Task, load_dataset
@@ -33,6 +33,7 @@ from orchestrator.rundir import RunDir, Status
 from pipeline.assembly import assemble
 from schemas.codec import Record
 from schemas.errors import ConfigError, ServiceError
+from schemas.registry import one_of
 
 TEACHER_MODEL = "teacher"  # the model name the harness asks the proxy for
 
@@ -130,7 +131,7 @@ def record(
     if harness.shell_tool is None:
         raise ConfigError(
             f"the {harness.name!r} harness has no shell tool to demonstrate with: the "
-            "harness-traffic warm start needs one of agent, codex, claude-code, openclaw"
+            f"harness-traffic warm start needs one of {one_of(shell_harnesses())}"
         )
     shutil.rmtree(out, ignore_errors=True)  # a recording is whole or not kept
     tasks = write_tasks(words, out / "tasks")
