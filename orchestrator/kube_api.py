@@ -71,6 +71,19 @@ class KubeApi:
         except (HTTPError, OSError) as exc:
             raise InfrastructureError(f"Kubernetes API unreachable ({what}): {exc}{hint}") from exc
 
+    def status(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> int:
+        """The HTTP status ``fn(*args, **kwargs)`` answered (an error status is a value here,
+        not raised); the API server unreachable is an InfrastructureError."""
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            return int(self.call(fn, *args, **kwargs).status)
+        except InfrastructureError as exc:
+            cause = exc.__cause__
+            if isinstance(cause, ApiException):
+                return int(cause.status)
+            raise
+
     def read(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> dict[str, Any]:
         """:meth:`call`, its answer parsed."""
         return dict(json.loads(self.call(fn, *args, **kwargs).data))

@@ -39,7 +39,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -65,27 +64,25 @@ from orchestrator.backend import (
 from orchestrator.kube_api import KubeApi
 from orchestrator.kube_images import TaskImages
 from orchestrator.kube_objects import (
-    EXPIRES,
     MANAGED,
     ROLE,
     ROLLOUT,
     RUN,
     TaskObjects,
     dns_name,
-    network_policy,
     owner_of,
     run_anchor,
     task_objects,
 )
 from orchestrator.kube_pod import PodSettings, rollout_pod, rollout_secret
 from orchestrator.kube_reaper import Reaper
+from orchestrator.kube_setup import ensure_namespace, ensure_policy, sweep_strays
 from orchestrator.kube_wait import PodState, RolloutPods
 from orchestrator.workspace import image_plan
 from schemas.errors import ConfigError, InfrastructureError, TaskError
 
 log = logging.getLogger(__name__)
 LOG_LIMIT = 4 << 20  # bytes of a container's log kept
-POLICY_HINT = "; the orchestrator needs create/patch on networkpolicies there (infra/k8s)"
 
 
 @dataclass(frozen=True)
@@ -191,13 +188,15 @@ class KubernetesBackend(RolloutBackend):
 
     # -- set-up ---------------------------------------------------------------------------------
     def prepare(self) -> dict[str, Any]:
-        """Make the run's anchor and the NetworkPolicy, delete expired strays, start the watch
-        (the first :meth:`run` does it otherwise); returns the anchor."""
+        """Make the namespace if it is not there, delete expired strays, make the NetworkPolicy
+        and the run's anchor, start the watch (the first :meth:`run` does it otherwise);
+        returns the anchor (:mod:`orchestrator.kube_setup`)."""
         with self._lock:
             if self._anchor is not None:
                 return self._anchor
-            self._sweep_strays()
-            self._ensure_policy()
+            ensure_namespace(self.k8s, self.ns)
+            sweep_strays(self.k8s, self.ns)
+            ensure_policy(self.k8s, self.ns, self.options)
             self._anchor = self.k8s.create(
                 self.ns, run_anchor(self.run_id, self.ns, self.settings.stray_ttl_s)
             )
@@ -208,33 +207,6 @@ class KubernetesBackend(RolloutBackend):
             self._watcher.start()
             self._watcher.wait_synced(30)
             return self._anchor
-
-    def _ensure_policy(self) -> None:
-        body = network_policy(
-            self.ns, self.options.proxy_namespace, self.options.proxy_labels,
-            self.options.proxy_port, self.options.proxy_ports, self.options.proxy_cidr,
-        )  # fmt: skip
-        what = f"creating the rollout NetworkPolicy in {self.ns}"
-        made = self.k8s.call(self.net.create_namespaced_network_policy, self.ns, body,
-                             what=what, hint=POLICY_HINT, conflict_ok=True)  # fmt: skip
-        if made is None:  # there already: make it say what this run needs
-            self.k8s.call(self.net.patch_namespaced_network_policy, "openforge-rollouts",
-                          self.ns, body, hint=POLICY_HINT)  # fmt: skip
-
-    def _sweep_strays(self) -> None:
-        """Delete the anchors (and so everything) of runs whose expiry has passed."""
-        anchors = self.k8s.read(
-            self.core.list_namespaced_config_map, self.ns, label_selector=f"{ROLE}=run"
-        )["items"]
-        now = time.time()
-        for anchor in anchors:
-            expires = (anchor["metadata"].get("annotations") or {}).get(EXPIRES, "")
-            if expires.isdigit() and int(expires) < now:
-                log.info("deleting stray run %s (expired)", anchor["metadata"]["name"])
-                with contextlib.suppress(InfrastructureError):
-                    self.k8s.call(self.core.delete_namespaced_config_map,
-                                  anchor["metadata"]["name"], self.ns,
-                                  propagation_policy="Background")  # fmt: skip
 
     def _task(self, task: Task, harness: Harness, owner: dict[str, Any]) -> TaskObjects:
         key = (task.id, harness.capabilities.runs_solution)

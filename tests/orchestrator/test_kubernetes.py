@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -27,7 +28,7 @@ from orchestrator.kubernetes import KubeOptions, KubernetesBackend
 from orchestrator.plan import plan
 from orchestrator.run import Orchestrator, OrchestratorConfig
 from orchestrator.rundir import RolloutOutcome, RunDir, Status
-from schemas.errors import ConfigError
+from schemas.errors import ConfigError, SetupError
 from tests.orchestrator.conftest import wait_gone
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -168,6 +169,70 @@ def test_the_network_policy_spans_a_proxy_pools_ports() -> None:
         {"protocol": "TCP", "port": 8000, "endPort": 8004}
     ]
     assert pool["spec"]["egress"][1] == one["spec"]["egress"][1]  # DNS as before
+
+
+def test_a_missing_namespace_is_made_by_an_account_that_may(
+    local_kube: LocalKube, core: Any
+) -> None:
+    """`rollouts run --backend kubernetes` on the cluster `services up --kube` starts needs no
+    kubectl: the run makes its namespace (issue 52)."""
+    ns = f"of-fresh-{uuid.uuid4().hex[:8]}"
+    backend = KubernetesBackend(_options(local_kube.kubeconfig, ns))
+    try:
+        backend.prepare()
+        assert core.read_namespace(ns).metadata.labels["app.kubernetes.io/managed-by"]
+        assert core.list_namespaced_config_map(ns, label_selector="openforge.dev/role=run").items
+    finally:
+        backend.close()
+        core.delete_namespace(ns)
+
+
+def test_an_account_that_may_not_make_the_namespace_is_told_what_to_run(
+    local_kube: LocalKube, core: Any, tmp_path: Path
+) -> None:
+    ns = f"of-missing-{uuid.uuid4().hex[:8]}"
+    kubeconfig = _reader_account(local_kube, core, tmp_path)  # may read namespaces, not make them
+    backend = KubernetesBackend(_options(kubeconfig, ns))
+    try:
+        with pytest.raises(SetupError, match=f"kubectl create namespace {ns}"):
+            backend.prepare()
+    finally:
+        backend.close()
+    assert ns not in {n.metadata.name for n in core.list_namespace().items}
+
+
+def _options(kubeconfig: Path, ns: str) -> KubeOptions:
+    pod = PodSettings(namespace=ns, proxy_url=NO_UPSTREAM, harness_image="openforge:test")
+    return KubeOptions(kubeconfig=kubeconfig, pod=pod)
+
+
+def _reader_account(kube: LocalKube, core: Any, tmp: Path) -> Path:
+    """A service account allowed to get namespaces and nothing else, as a kubeconfig."""
+    from kubernetes import client
+
+    name = f"ns-reader-{uuid.uuid4().hex[:6]}"
+    core.create_namespaced_service_account("default", {"metadata": {"name": name}})
+    rbac = client.RbacAuthorizationV1Api(kube.api())
+    rbac.create_cluster_role({"metadata": {"name": name}, "rules": [
+        {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get"]}]})  # fmt: skip
+    rbac.create_cluster_role_binding({
+        "metadata": {"name": name},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+        "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": "default"}],
+    })  # fmt: skip
+    token = core.create_namespaced_service_account_token(
+        name, "default", {"spec": {"expirationSeconds": 3600}}
+    ).status.token
+    path = tmp / "reader.kubeconfig"
+    path.write_text(
+        "apiVersion: v1\nkind: Config\n"
+        f"clusters:\n- name: local\n  cluster: {{server: '{kube.server}', "
+        f"certificate-authority: '{kube.pki / 'ca.crt'}'}}\n"
+        f"users:\n- name: reader\n  user: {{token: '{token}'}}\n"
+        "contexts:\n- name: local\n  context: {cluster: local, user: reader}\n"
+        "current-context: local\n"
+    )
+    return path
 
 
 def _copy_task(root: Path, cpus_line: str) -> Task:

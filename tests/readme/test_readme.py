@@ -217,9 +217,6 @@ SPECS: dict[str, Spec] = {
             "EGRESS_CANARY": r"--kube-egress-canary (\S+)",
         },
     ),
-    "kubectl --kubeconfig KUBECONFIG_FILE create namespace openforge-rollouts": Spec(
-        expect=(r"namespace/openforge-rollouts created",)
-    ),
     ".venv/bin/openforge rollouts run --tasks examples/images --harness oracle,noop --backend "
     "kubernetes --kubeconfig KUBECONFIG_FILE --kube-image-sink IMAGE_SINK --kube-egress-canary "
     "EGRESS_CANARY --kube-cpu-request 0.25 --out runs/kube": Spec(
