@@ -114,7 +114,7 @@ def _main_job_in_depth(work: Path, output: str) -> None:
 
 
 # The test command itself (this suite): CI runs exactly it (``.ci/run``).
-TEST_COMMAND = "scripts/setup && .venv/bin/python -m pytest"
+TEST_COMMAND = "scripts/setup all && .venv/bin/python -m pytest"
 
 SPECS: dict[str, Spec] = {
     "scripts/setup && .venv/bin/openforge train examples/cpu-demo.toml": Spec(
