@@ -196,7 +196,7 @@ class TrainingRun:
         return write_report(self.root, self.evals.rows, self._title(), previous_seconds(self.root))
 
     def _title(self) -> str:
-        return f"{self.cfg.tasks.dataset} ({self.cfg.harness.name})"
+        return f"{dataset_name(self.cfg.tasks.dataset)} ({self.cfg.harness.name})"
 
     def _start_stack(
         self, stack: ExitStack, launch: Launch, cluster: RolloutCluster | None
@@ -392,3 +392,10 @@ def _backend_config(
     return RolloutBackendConfig(
         name=r.backend, local=local, kubernetes=cluster.options(port, images)
     )
+
+
+def dataset_name(dataset: str) -> str:
+    """The task set's name for titles (``echo-words``), not the machine's path to it: a
+    directory's name, or a manifest's directory's."""
+    path = Path(dataset)
+    return path.parent.name if path.suffix == ".toml" else path.name

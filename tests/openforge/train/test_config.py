@@ -214,3 +214,17 @@ def test_the_memory_override_reaches_every_task_of_both_splits() -> None:
         for split in (cfg.tasks.train_split, cfg.tasks.heldout_split):
             tasks = _split(cfg, split)
             assert tasks and {t.environment.memory_mb for t in tasks} == {memory}
+
+
+@pytest.mark.parametrize(
+    ("dataset", "name"),
+    [
+        ("/home/me/openforge/examples/echo-words", "echo-words"),
+        ("examples/web-tasks/manifest.toml", "web-tasks"),
+        ("echo-words", "echo-words"),
+    ],
+)
+def test_the_curve_is_titled_by_the_task_set_name_not_its_path(dataset: str, name: str) -> None:
+    from openforge.train.run import dataset_name
+
+    assert dataset_name(dataset) == name
