@@ -310,6 +310,8 @@ def _batch_metrics(
         "stream/not_trained_task": stats.not_trained_task,
         "stream/partial_groups": stats.partial_groups,
         "stream/timed_out_alone": stats.timed_out_alone,
+        "stream/lost_members": stats.lost_members,
+        "stream/short_alone": stats.short_alone,
         "data/episodes": len(episodes),
     }
 

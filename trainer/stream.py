@@ -1,9 +1,16 @@
 """The episode stream: finished episodes in, training batches out.
 
 Reads the ``episodes`` topic of the event log (Kafka or local, as a consumer group) or a Parquet
-archive; drops duplicates (same episode id) and counts dead letters; applies staleness admission
-control; groups episodes by task so group-relative advantages compare like with like; and cuts
-batches by token budget. Every decision is counted, nothing is dropped silently.
+archive, and the dead letters beside it; drops duplicates (same episode id) and counts dead
+letters; applies staleness admission control; groups episodes by task so group-relative
+advantages compare like with like; and cuts batches by token budget. Every decision is counted,
+nothing is dropped silently.
+
+A group member that will never be trained on (dead-lettered, e.g. a rollout that timed out
+before its first answer; empty; or dropped as stale) counts toward its group: once the members
+that came and those lost make the group's size, it is released at once, as a smaller group if
+two or more came (``partial_groups``), instead of waiting ``group_timeout_s`` for a member that
+cannot come.
 """
 
 from __future__ import annotations
@@ -14,7 +21,14 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from infra.eventlog import EPISODES_TOPIC, EventLogReader, LogKind, open_reader, parse_url
+from infra.eventlog import (
+    DEAD_LETTER_TOPIC,
+    EPISODES_TOPIC,
+    EventLogReader,
+    LogKind,
+    open_reader,
+    parse_url,
+)
 from schemas.archive import read_archive
 from schemas.codec import decode_message
 from schemas.episode import Episode
@@ -23,6 +37,14 @@ from schemas.registry import choose
 from trainer.batch import group_key
 
 Position = tuple[tuple[str, int], int]  # ((topic, partition), offset)
+
+
+class Admission(StrEnum):
+    """What became of an episode read from the stream."""
+
+    ADMITTED = "admitted"
+    SKIPPED = "skipped"  # a duplicate, or another task's: no group is waiting for it
+    LOST = "lost"  # a member its group waits for that will never be trained on
 
 
 class StalePolicy(StrEnum):
@@ -46,9 +68,11 @@ class StreamConfig:
     task_ids: when set, only episodes of these tasks are trained on; others (a held-out split
         evaluated through the same proxy) are counted as ``not_trained_task`` and skipped.
     group_timeout_s: a group still short of ``group_size`` this long after its first episode
-        (a rollout of it was dead-lettered) is released: trained as a smaller group if it has
-        two or more episodes (``partial_groups``), else counted as ``timed_out_alone``; either
-        way it stops holding back the committed stream position. None: wait forever.
+        (a rollout of it never ended in an episode or a dead letter) is released: trained as a
+        smaller group if it has two or more episodes (``partial_groups``), else counted as
+        ``timed_out_alone``; either way it stops holding back the committed stream position.
+        None: wait forever. A group whose missing members are known lost (dead letters) does
+        not wait for it.
     """
 
     group_size: int = 4
@@ -78,8 +102,10 @@ class StreamStats:
     stale_kept: int = 0
     empty: int = 0
     not_trained_task: int = 0
-    partial_groups: int = 0  # groups released short by group_timeout_s, trained on
+    partial_groups: int = 0  # groups released short (members lost or timed out), trained on
     timed_out_alone: int = 0  # episodes released alone by group_timeout_s, not trained on
+    lost_members: int = 0  # dead letters, empty and stale episodes counted toward their group
+    short_alone: int = 0  # episodes whose group's other members were all lost, not trained on
     by_reason: Counter[str] = field(default_factory=Counter)
 
 
@@ -94,6 +120,7 @@ class EpisodeSource:
     def __init__(self, url: str, group: str = "openforge-trainer") -> None:
         self.url = url
         self._reader: EventLogReader | None = None
+        self._dead: EventLogReader | None = None  # the dead letters, done with once read
         self._archive: Iterator[Episode] | None = None
         parsed = parse_url(url)
         if parsed.kind is LogKind.ARCHIVE:
@@ -108,13 +135,23 @@ class EpisodeSource:
                 url, [EPISODES_TOPIC], group=group, session_timeout_ms=6000,
                 heartbeat_interval_ms=2000,
             )  # fmt: skip
+            self._dead = open_reader(
+                url, [DEAD_LETTER_TOPIC], group=f"{group}.deadletters", session_timeout_ms=6000,
+                heartbeat_interval_ms=2000,
+            )  # fmt: skip
 
     def poll(self, timeout: float = 1.0) -> list[tuple[Episode, Position | None]]:
         """Episodes with their log position ((topic, partition), offset); None from archives."""
         if self._archive is not None:
             return [(e, None) for _, e in zip(range(256), self._archive, strict=False)]
-        assert self._reader is not None
-        return [
+        assert self._reader is not None and self._dead is not None
+        read: list[tuple[Episode, Position | None]] = [
+            (e, None)  # no position to keep: nothing waits to be trained on
+            for rec in self._dead.poll(max_records=256, timeout=0)
+            for e in decode_message(rec.value)
+            if isinstance(e, Episode)
+        ]
+        return read + [
             (e, ((rec.topic, rec.partition), rec.offset))
             for rec in self._reader.poll(max_records=256, timeout=timeout)
             for e in decode_message(rec.value)
@@ -126,14 +163,17 @@ class EpisodeSource:
         to be read again after a restart."""
         if self._reader is None:
             return
+        if self._dead is not None:
+            self._dead.commit()
         first: dict[tuple[str, int], int] = {}
         for partition, offset in pending:
             first[partition] = min(offset, first.get(partition, offset))
         self._reader.commit(first or None)
 
     def close(self) -> None:
-        if self._reader is not None:
-            self._reader.close()
+        for reader in (self._reader, self._dead):
+            if reader is not None:
+                reader.close()
 
 
 class EpisodeStream:
@@ -145,46 +185,50 @@ class EpisodeStream:
         self.stats = StreamStats()
         self._groups: dict[str, list[Episode]] = defaultdict(list)
         self._opened: dict[str, float] = {}  # group -> time.monotonic() of its first episode
+        self._lost: Counter[str] = Counter()  # group -> members that will never be trained on
         self._ready: list[list[Episode]] = []
         self._positions: dict[str, Position] = {}  # admitted, not yet trained on
 
-    def _admit(self, episode: Episode, current_version: int) -> bool:
+    def _admit(self, episode: Episode, current_version: int) -> Admission:
         self.stats.read += 1
         if episode.episode_id in self.seen:
             self.stats.duplicates += 1
-            return False
+            return Admission.SKIPPED
         self.seen.add(episode.episode_id)
         if self.config.task_ids is not None and episode.task_id not in self.config.task_ids:
             self.stats.not_trained_task += 1
-            return False
+            return Admission.SKIPPED
         if episode.dead_letter is not None:
             self.stats.dead_letters += 1
             self.stats.by_reason[episode.dead_letter] += 1
-            return False
+            return Admission.LOST
         if not any(any(s.loss_mask) for s in episode.samples):
             self.stats.empty += 1
-            return False
+            return Admission.LOST
         if policy_lag(episode, current_version) > self.config.max_staleness:
             if self.config.stale is StalePolicy.DROP:
                 self.stats.stale_dropped += 1
-                return False
+                return Admission.LOST
             self.stats.stale_kept += 1
-        return True
+        return Admission.ADMITTED
 
     def next_batch(self, current_version: int, timeout: float = 1.0) -> list[Episode] | None:
         """Whole groups up to the token budget, or None if none is complete yet."""
         for episode, position in self.source.poll(timeout):
-            if not self._admit(episode, current_version):
+            admission = self._admit(episode, current_version)
+            if admission is Admission.SKIPPED:
                 continue
-            if position is not None:
-                self._positions[episode.episode_id] = position
             key = group_key(episode)
-            group = self._groups[key]
-            group.append(episode)
             self._opened.setdefault(key, time.monotonic())
-            if len(group) >= self.config.group_size:
-                self._ready.append(group[: self.config.group_size])
-                del self._groups[key], self._opened[key]
+            if admission is Admission.LOST:
+                self.stats.lost_members += 1
+                self._lost[key] += 1
+            else:
+                if position is not None:
+                    self._positions[episode.episode_id] = position
+                self._groups[key].append(episode)
+            if len(self._groups.get(key, ())) + self._lost[key] >= self.config.group_size:
+                self._release(key, timed_out=False)
         self._release_timed_out()
         wanted = self.config.groups_per_batch
         if not self._ready or (wanted is not None and len(self._ready) < wanted):
@@ -223,14 +267,26 @@ class EpisodeStream:
             return
         now = time.monotonic()
         for key in [k for k, t in self._opened.items() if now - t >= limit]:
-            group = self._groups.pop(key)
-            del self._opened[key]
-            if len(group) >= 2:
-                self.stats.partial_groups += 1
-                self._ready.append(group)
-            else:
+            self._release(key, timed_out=True)
+
+    def _release(self, key: str, timed_out: bool) -> None:
+        """Group ``key`` is as complete as it will be: whole, short (two or more came: trained
+        as a smaller group) or alone (not trained on; it stops holding back the position)."""
+        group = self._groups.pop(key, [])
+        self._opened.pop(key, None)
+        self._lost.pop(key, None)
+        size = self.config.group_size
+        if len(group) >= size:
+            self._ready.append(group[:size])
+        elif len(group) >= 2:
+            self.stats.partial_groups += 1
+            self._ready.append(group)
+        else:
+            if timed_out:
                 self.stats.timed_out_alone += len(group)
-                self.trained(group)  # released: no longer holds back the committed position
+            else:
+                self.stats.short_alone += len(group)
+            self.trained(group)  # released: no longer holds back the committed position
 
     def pending(self) -> int:
         return sum(len(g) for g in self._groups.values()) + sum(len(g) for g in self._ready)

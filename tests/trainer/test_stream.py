@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from infra.eventlog import EPISODES_TOPIC, open_writer
+from infra.eventlog import DEAD_LETTER_TOPIC, EPISODES_TOPIC, open_writer
 from schemas.codec import encode_message
 from schemas.completion import PolicySpan
 from schemas.episode import Episode, Sample
@@ -28,10 +31,10 @@ def _episode(i: int, task: str, group: str) -> Episode:
     )
 
 
-def _write(url: str, episodes: list[Episode]) -> None:
+def _write(url: str, episodes: list[Episode], topic: str = EPISODES_TOPIC) -> None:
     with open_writer(url) as w:
         for e in episodes:
-            w.append(EPISODES_TOPIC, e.rollout_id.encode(), encode_message([e]))
+            w.append(topic, e.rollout_id.encode(), encode_message([e]))
         w.flush()
 
 
@@ -121,3 +124,54 @@ def test_a_backlog_admitted_at_one_version_is_dropped_once_it_is_too_stale_to_tr
     stream.commit()
     again = EpisodeStream(EpisodeSource(url, "g"), config)
     assert again.next_batch(5, timeout=0.2) is None and again.pending() == 0
+
+
+def test_a_dead_lettered_member_completes_its_group_without_waiting(tmp_path: Path) -> None:
+    """A rollout of a group of four timed out before its first answer: its episode is a dead
+    letter. The other three are trained at once as a smaller group (not after group_timeout_s),
+    and a group whose other members were all lost releases its one episode, counted."""
+    url = f"local:{tmp_path / 'log'}"
+    dead = [replace(_episode(9, "a", "ga"), dead_letter="rollout timed out before any call")]
+    dead += [replace(_episode(10 + i, "b", "gb"), dead_letter="no calls") for i in range(3)]
+    _write(url, dead, DEAD_LETTER_TOPIC)
+    _write(url, [_episode(i, "a", "ga") for i in range(3)] + [_episode(3, "b", "gb")])
+    config = StreamConfig(group_size=4, group_timeout_s=3600)
+    stream = EpisodeStream(EpisodeSource(url, "g"), config)
+    batches = _drain(stream)
+    assert [sorted(e.episode_id for e in b) for b in batches] == [["ep000", "ep001", "ep002"]]
+    stats = stream.stats
+    assert (stats.dead_letters, stats.lost_members, stats.partial_groups) == (4, 4, 1)
+    assert (stats.short_alone, stats.timed_out_alone) == (1, 0)
+    assert stream.pending() == 0
+    stream.trained(batches[0])
+    stream.commit()  # the dead letters' reader moves on too: a restart reads none again
+    after = EpisodeStream(EpisodeSource(url, "g"), config)
+    assert after.next_batch(0, timeout=0.2) is None and after.stats.read == 0
+
+
+@given(
+    order=st.permutations(list(range(4))),
+    lost=st.sets(st.integers(0, 3), max_size=4),
+)
+@settings(max_examples=30, deadline=None)
+def test_a_group_is_released_once_its_members_came_or_were_lost_in_any_order(
+    tmp_path_factory: pytest.TempPathFactory, order: list[int], lost: set[int]
+) -> None:
+    url = f"local:{tmp_path_factory.mktemp('log')}"
+    config = StreamConfig(group_size=4, group_timeout_s=3600)
+    stream = EpisodeStream(EpisodeSource(url, "g"), config)
+    for i in order:  # one member at a time, as they end
+        episode = _episode(i, "a", "ga")
+        if i in lost:
+            _write(url, [replace(episode, dead_letter="lost")], DEAD_LETTER_TOPIC)
+        else:
+            _write(url, [episode])
+        batch = stream.next_batch(0, timeout=0.05)
+        done = i == order[-1]
+        came = 4 - len(lost)
+        if done and came >= 2:  # at once: the last member (come or lost) completes it
+            assert batch is not None and len(batch) == came
+        else:
+            assert batch is None
+    assert stream.pending() == 0  # released: trained (two or more came) or counted alone
+    assert stream.stats.lost_members == len(lost)
