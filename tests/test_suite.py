@@ -11,7 +11,7 @@ from tests.conftest import REAL_NODE_MODULES, VLM_MODULES
 
 ROOT = Path(__file__).resolve().parents[1]
 # What starts a real node: the module fixture, LocalKube's argument, the train config's backend,
-# `services up --kube` (the README's blocks: tests/readme runs them).
+# `services up --kube` (the manual's blocks, docs/kubernetes.md: tests/readme runs them).
 STARTS_A_NODE = re.compile(
     r"\breal_kube\b|real_nodes=1|rollouts\.backend=kubernetes|services up --kube"
 )
@@ -25,7 +25,7 @@ def test_every_module_that_starts_a_real_node_runs_in_the_real_node_unit() -> No
     }
     starting.add("tests/readme/test_readme.py")
     assert starting == REAL_NODE_MODULES, sorted(starting ^ REAL_NODE_MODULES)
-    assert "services up --kube" in (ROOT / "README.md").read_text()
+    assert "services up --kube" in (ROOT / "docs" / "kubernetes.md").read_text()
     assert all((ROOT / m).is_file() for m in REAL_NODE_MODULES)
 
 

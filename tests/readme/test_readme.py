@@ -1,17 +1,19 @@
-"""Every command README.md shows, run as a newcomer types it.
+"""Every command README.md and the manual under docs/ show, run as a newcomer types it.
 
-The README's fenced ``bash`` blocks are read as data (``tests/readme/commands.py``) and every
-command runs, in README order, in one copy of the repository (what a fresh clone holds: no
-``.venv``, no ``runs/``), from the copy's root, with the relative paths as written: the first
-block's ``scripts/setup`` makes the copy's ``.venv``. A command must exit 0 and print what the
-README says it does (:data:`SPECS`); services (``services up``, ``proxy``) are started, used by the
+The fenced ``bash`` blocks of README.md and then of each docs/ page (``MANUAL_PAGES``, in that
+order) are read as data (``tests/readme/commands.py``) and every command runs, in that order, in
+one copy of the repository (what a fresh clone holds: no ``.venv``, no ``runs/``), from the
+copy's root, with the relative paths as written: the README's first block's ``scripts/setup``
+makes the copy's ``.venv``. A command must exit 0 and print what the page says it does
+(:data:`SPECS`); services (``services up``, ``proxy``) are started, used by the
 block's next commands and stopped with Ctrl-C at the block's end (one started with a trailing
 ``&`` runs on in the background, as in a shell, until the session ends), and must exit 0.
 Placeholders (``PORT``, ``MODEL_DIR``) are filled from what an earlier command printed. The main
 job runs with the README's own command plus the short run's ``--set`` options (:data:`SHORT`), as
-the README says. A block the tests cannot run says so in the README (``# Not run by the tests:
-why``); its commands, and every ``openforge ...`` command the prose quotes, are checked against
-their ``--help``: each sub-command exists and takes every option named.
+the manual says. A block the tests cannot run says so on its page (``# Not run by the tests:
+why``); its commands, and every ``openforge ...`` command the prose of any page quotes, are
+checked against their ``--help``: each sub-command exists and takes every option named. Every
+docs/ page is one of ``MANUAL_PAGES``, and README.md stays a front page (at most 250 lines).
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from tests.openforge.train.checks import (
     check_web_run,
 )
 from tests.readme.commands import (
+    MANUAL_PAGES,
     Block,
     Command,
     blocks,
@@ -48,6 +51,7 @@ from tests.readme.session import Session, Spec, copy_repository
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
+README_MAX_LINES = 250  # a front page; the manual is under docs/
 # The README's short main job. Its held-out groups (4 samples of a task) are part of what the
 # later commands train on: `trainer run` and `replay train` need groups whose rewards differ.
 # Updates and evaluations keep their groups of 4 (the training and replay blocks below train on
@@ -285,7 +289,7 @@ SPECS: dict[str, Spec] = {
     ),
 }
 
-BLOCKS = blocks(README)
+BLOCKS = blocks(ROOT)
 RUN = [b for b in BLOCKS if b.not_run is None]
 
 
@@ -295,8 +299,8 @@ def _commands(only: list[Block]) -> list[Command]:
 
 def test_every_command_the_readme_runs_has_a_spec_and_no_spec_is_stale() -> None:
     written = {c.text for c in _commands(RUN)} - {TEST_COMMAND}
-    assert written - SPECS.keys() == set(), "README commands without a spec in SPECS"
-    assert SPECS.keys() - written == set(), "specs of commands the README no longer has"
+    assert written - SPECS.keys() == set(), "manual commands without a spec in SPECS"
+    assert SPECS.keys() - written == set(), "specs of commands the manual no longer has"
 
 
 def test_ci_runs_exactly_the_readme_test_command() -> None:
@@ -320,7 +324,20 @@ def _help(path: list[str]) -> str:
 NOT_RUN = [c.text for c in _commands([b for b in BLOCKS if b.not_run]) if "openforge" in c.text]
 
 
-@pytest.mark.parametrize("command", NOT_RUN + inline_openforge_commands(README))
+def test_every_docs_page_is_a_manual_page() -> None:
+    """A new page under docs/ is read (its blocks run) only if it is in MANUAL_PAGES."""
+    pages = {p.relative_to(ROOT).as_posix() for p in (ROOT / "docs").glob("*.md")}
+    assert pages - set(MANUAL_PAGES) == set(), "docs pages missing from MANUAL_PAGES"
+    assert all((ROOT / p).is_file() for p in MANUAL_PAGES)
+    assert len(set(MANUAL_PAGES)) == len(MANUAL_PAGES) and MANUAL_PAGES[0] == "README.md"
+
+
+def test_the_readme_is_a_front_page() -> None:
+    lines = len(README.read_text().splitlines())
+    assert lines <= README_MAX_LINES, f"README.md has {lines} lines: move detail into docs/"
+
+
+@pytest.mark.parametrize("command", NOT_RUN + inline_openforge_commands(ROOT))
 def test_a_command_the_tests_cannot_run_exists_with_its_options(command: str) -> None:
     path, options = subcommand_and_options(command)
     text = _help(path)
@@ -354,7 +371,7 @@ def session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Session]:
         subprocess.run([str(ROOT / "scripts" / "setup"), "project"], cwd=ROOT, check=True)
 
 
-@pytest.mark.parametrize("block", RUN, ids=[f"line{b.line}" for b in RUN])
+@pytest.mark.parametrize("block", RUN, ids=[f"{b.source}:{b.line}" for b in RUN])
 def test_readme_block(block: Block, session: Session) -> None:
     try:
         for command in block.commands:

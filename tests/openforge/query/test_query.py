@@ -320,8 +320,8 @@ def test_the_readme_queries_run(tmp_path: Path) -> None:
         [{"step": s, "episodes": ids[s - 1 : s + 1]} for s in (1, 2, 3)],
         "step,policy/version\n1,1\n2,2\n3,3\n",
     )
-    readme = (ROOT / "README.md").read_text()
-    section = readme.split("## Querying a run (SQL)", 1)[1].split("\n## ", 1)[0]
+    page = (ROOT / "docs" / "replay-and-audit.md").read_text()
+    section = page.split("## Querying a run (SQL)", 1)[1].split("\n## ", 1)[0]
     queries = re.findall(r"```sql\n(.*?)```", section, flags=re.S)
     assert len(queries) == 3
     con = open_views(run=tmp_path / "run")
