@@ -174,8 +174,8 @@ def test_the_network_policy_spans_a_proxy_pools_ports() -> None:
 def test_a_missing_namespace_is_made_by_an_account_that_may(
     local_kube: LocalKube, core: Any
 ) -> None:
-    """`rollouts run --backend kubernetes` on the cluster `services up --kube` starts needs no
-    kubectl: the run makes its namespace (issue 52)."""
+    """`rollouts run --backend kubernetes` on the local cluster (as the services command starts
+    it) needs no kubectl: the run makes its namespace (issue 52)."""
     ns = f"of-fresh-{uuid.uuid4().hex[:8]}"
     backend = KubernetesBackend(_options(local_kube.kubeconfig, ns))
     try:
