@@ -6,7 +6,7 @@ of live load at a reward -> episode p99 of about 1 s here, where Beam's portable
 falls behind at 250/s (bench/RESULTS.md, "Where Prism's time goes"). Prism runs them when asked
 (``--runner=PrismRunner``: the binary ``scripts/setup prism`` builds, with the SDK worker in
 this process, ``--environment_type=LOOPBACK``); it speaks the same Job and Fn API as Flink and
-Dataflow (see the README for their options), so it is the one-machine check of a job bound for
+Dataflow (see docs/pipeline.md for their options), so it is the one-machine check of a job bound for
 them. Every run is reported in one log line that names its runner.
 """
 

@@ -128,7 +128,7 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     if status == 405:
         message = f"{request.method} is not allowed on {request.url.path}"
     elif status == 404:
-        message = f"no route {request.url.path}: see the proxy's README for its routes"
+        message = f"no route {request.url.path}: see docs/proxy.md for the proxy's routes"
     else:
         message = str(exc.detail)
     response = error_response(

@@ -64,7 +64,7 @@ class ProxyConfig:
             only when idle or finished; a client running sessions side by side (sub-agents with
             sessions of their own) would otherwise end its own. Values are kept hashed.
         record_bodies: record request and response bodies (False: both are left out of every
-            completion event; token ids, logprobs and the rest stay: see the README). The
+            completion event; token ids, logprobs and the rest stay: see docs/proxy.md). The
             images in calls are stored only with the bodies (their hashes always).
         image_dir: where the images in calls are stored by content hash
             (:mod:`infra.image_store`); default: ``images`` in a local log's directory, else

@@ -2,7 +2,7 @@
 
 Both jobs run on Beam's in-process FnApiRunner by default; ``--beam-arg=--runner=PrismRunner``
 asks for Beam's portable runner Prism instead (``scripts/setup prism`` builds it), and other
-runners take their own Beam options (README: Flink, Dataflow). Each run ends with one line
+runners take their own Beam options (docs/pipeline.md: Flink, Dataflow). Each run ends with one line
 naming its runner and its counters.
 """
 
