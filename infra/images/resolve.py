@@ -22,7 +22,8 @@ from pathlib import Path
 from infra.images import bases, binaries
 from schemas.errors import TaskError
 
-# A documented default: stand-ins for images this machine cannot pull (docs/rollouts.md, "Task images").
+# A documented default: stand-ins for images this machine cannot pull (docs/rollouts.md,
+# "Task images").
 DEFAULT_FALLBACKS: dict[str, str] = {
     "python:3*-slim*": "python:3.11-slim",
     "python:3*": "python:3.11-slim",

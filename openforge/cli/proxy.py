@@ -89,7 +89,8 @@ def proxy(
     no_bodies: Annotated[
         bool,
         typer.Option(
-            help="Leave request/response bodies out of the records (token ids stay: see docs/proxy.md)."
+            help="Leave request/response bodies out of the records (token ids stay: see "
+            "docs/proxy.md)."
         ),
     ] = False,
     image_dir: Annotated[
