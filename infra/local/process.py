@@ -30,15 +30,20 @@ SERVICE_ID_ENV = "OPENFORGE_SERVICE_ID"
 EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
 
 
+NODE_PORTS = 30_000  # Kubernetes' NodePort range starts here (30000-32767)
+
+
 def _service_ports() -> range:
     """Ports below the kernel's ephemeral range: an outgoing connection (any process's) takes
     its local port from that range, so a port picked there can be taken before the service
-    that was given it binds it (kube-proxy's health port was, in CI: "address already in use")."""
+    that was given it binds it (kube-proxy's health port was, in CI: "address already in use").
+    And below Kubernetes' NodePort range: the real node's policy agent lets pods reach the
+    node's ports in it, so a kubelet given one was reachable from a rollout's pod."""
     try:
         low = int(EPHEMERAL_RANGE.read_text().split()[0])
     except (OSError, ValueError, IndexError):
         low = 32768
-    return range(10_000, max(low, 10_001))
+    return range(10_000, max(min(low, NODE_PORTS), 10_001))
 
 
 def free_port() -> int:

@@ -70,14 +70,19 @@ class WarmStartSection:
     noisy_steps: int = _f(100, "then SFT steps on the noisy one (see correct_fraction)")
     correct_fraction: float = _f(0.25, "how often the noisy one writes to the instructed file")
     lr: float = _f(3e-3, "SFT learning rate")
+    noisy_lr: float = _f(
+        0.0,
+        "SFT learning rate of the noisy phase (0: lr); at lr the instructed file's probability "
+        "swings by tenths from step to step, at 1e-4 it settles near correct_fraction",
+    )
     batch: int = _f(16, "SFT examples per step")
     seed: int = _f(0, "seed of the SFT data and model")
     window: int = _f(
         48,
-        "harness-traffic: a sequence-length warmup first shows each sample from this many "
-        "tokens before its first answer (0: none), then the whole recorded sequence",
+        "a sequence-length warmup first shows each sample from this many tokens before its "
+        "first answer (0: none), then the whole sequence (both recipes)",
     )
-    window_steps: int = _f(300, "harness-traffic: SFT steps of that warmup")
+    window_steps: int = _f(300, "SFT steps of that warmup")
     baseline: float = _f(
         0.0,
         "harness-traffic: the noisy phase stops once the instructed file's probability, where "
@@ -244,8 +249,10 @@ class TrainConfig:
         """Ranges that types cannot say."""
         self.pipeline.reward_policy()
         ws = self.warm_start
-        if min(ws.steps, ws.noisy_steps, ws.window, ws.window_steps) < 0:
-            raise ConfigError("warm_start.steps, noisy_steps, window and window_steps must be >= 0")
+        if min(ws.steps, ws.noisy_steps, ws.window, ws.window_steps, ws.noisy_lr) < 0:
+            raise ConfigError(
+                "warm_start.steps, noisy_steps, window, window_steps and noisy_lr must be >= 0"
+            )
         positive = {
             "tasks.per_step": self.tasks.per_step,
             "rollouts.samples_per_task": self.rollouts.samples_per_task,

@@ -11,18 +11,19 @@ traffic, the way SFT-then-RL recipes start (issue 49).
 2. The recorded rollouts become episodes exactly as the pipeline assembles them
    (:mod:`openforge.train.demonstrations`): the very token sequences and loss masks RL trains
    on. The verifier's reward tells the correct demonstrations from the imperfect ones.
-3. SFT (:func:`trainer.sft.fine_tune`, the harness's shared prompt prefix run once per
-   batch) on correct demonstrations, first as a sequence-length warmup: ``window_steps`` steps
-   on each sample from ``window`` tokens before its first answer (the instruction and the
-   answers, the harness's long system prompt and tools left out), then on the whole recorded
-   sequences until teacher-forced greedy decoding reproduces 90% of 16 probe demonstrations
-   exactly (checked every 50 steps; ``steps`` at most); then ``noisy_steps`` on a mix that is
-   correct ``correct_fraction`` of the time. The warm-started policy has the skill but seldom
-   writes the instructed file: RL has to make it reliable. With ``baseline`` the noisy phase
-   stops at the first check (every 5 steps) where the instructed file's probability (at the
-   token where a word's correct and imperfect demonstrations part, over the probes' words) is
-   within [baseline / 2, baseline]: that one decision swings by tenths from one step to the
-   next, so a fixed step count gives an arbitrary baseline and a measured stop a stated one.
+3. SFT (:func:`trainer.sft.fine_tune`, the harness's shared prompt prefix run once per batch) on
+   correct demonstrations, first as a sequence-length warmup: ``window_steps`` steps on each
+   sample from ``window`` tokens before its first answer (the instruction and the answers, the
+   harness's long system prompt and tools left out), then on the whole recorded sequences until
+   teacher-forced greedy decoding reproduces 90% of 16 probe demonstrations exactly (checked
+   every 50 steps; ``steps`` at most); then ``noisy_steps`` on a mix that is correct
+   ``correct_fraction`` of the time (at ``noisy_lr`` when set). The warm-started policy has the
+   skill but seldom writes the instructed file: RL has to make it reliable. With ``baseline``
+   the noisy phase stops at the first check (every 5 steps) where the instructed file's
+   probability (at the token where a word's correct and imperfect demonstrations part, over the
+   probes' words) is within [baseline / 2, baseline]: that one decision swings by tenths from
+   one step to the next, so a fixed step count gives an arbitrary baseline and a measured stop a
+   stated one.
 
    Why the warmup: copying the word means attending from the answer to one token among the
    harness's thousands; from a random model that attention gets ~1/length of the gradient,
@@ -92,7 +93,7 @@ def cache_key(base: Path, ws: WarmStartSection, harness: Harness, phase: int = 2
     """What decides the warm-started model (``phase=1``: the exact phase's model alone)."""
     settings = {k: str(v) for k, v in vars(ws).items()}
     if phase == 1:  # the noisy phase's settings do not decide the exact phase's model
-        for name in ("noisy_steps", "correct_fraction", "baseline"):
+        for name in ("noisy_steps", "correct_fraction", "baseline", "noisy_lr"):
             settings.pop(name)
     key = {**_harness_key(base, harness), "warm_start": settings, "phase": phase, "format": 1}
     return _digest(key)
@@ -277,5 +278,6 @@ def _phase(
     elif phase is Phase.NOISY and ws.baseline > 0:
         done, every = calibrated, NOISY_CHECK_EVERY
     seed = ws.seed + list(Phase).index(phase)
-    cfg = SFTConfig(steps=total, batch=ws.batch, lr=ws.lr, seed=seed)
+    lr = ws.noisy_lr if phase is Phase.NOISY and ws.noisy_lr > 0 else ws.lr
+    cfg = SFTConfig(steps=total, batch=ws.batch, lr=lr, seed=seed)
     return fine_tune(model_dir, out, data, cfg, on_step=report, done=done, check_every=every)
