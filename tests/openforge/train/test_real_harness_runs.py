@@ -14,8 +14,11 @@ Harbor's ``--override-memory-mb``): in the echo-words tasks' declared 1 GiB it i
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -64,9 +67,29 @@ def compared() -> Path:
     for o in overrides:
         argv += ["--set", o]
     argv += ["--harness", ",".join(HARNESS_NAMES)]
-    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=2400)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    # Its own session: if this test is cut short, the run is stopped as Ctrl-C would (SIGTERM:
+    # it unwinds, stopping vLLM, the proxy, the pipeline and the sandboxes), never orphaned.
+    with subprocess.Popen(
+        argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True,
+    ) as run:  # fmt: skip
+        try:
+            out, err = run.communicate(timeout=2400)
+        except BaseException:
+            _stop(run)
+            raise
+    assert run.returncode == 0, out[-3000:] + err[-3000:]
     return ROOT / OUT
+
+
+def _stop(run: subprocess.Popen[str]) -> None:
+    """SIGTERM to the run's process group, SIGKILL after a minute."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(run.pid, signal.SIGTERM)
+        try:
+            run.wait(60)
+        except subprocess.TimeoutExpired:
+            os.killpg(run.pid, signal.SIGKILL)
 
 
 def test_the_comparison_shows_each_harness_side_by_side(compared: Path) -> None:
