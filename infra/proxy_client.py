@@ -24,6 +24,16 @@ from schemas.errors import ServiceError
 
 
 @dataclass(frozen=True, slots=True)
+class Finished:
+    """The proxy's answer to a rollout's finish: the calls it numbered for the rollout (None:
+    it had been finished already) and, when the proxy refused a call whose prompt left no room
+    in the model's context, the longest such prompt and that context (tokens)."""
+
+    calls: int | None
+    too_long: tuple[int, int] | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Registration:
     """A registered rollout: its id, its minted key (None when none was minted) and the base
     paths a harness is pointed at; behind a worker pool (`openforge proxy --workers N`) also
@@ -134,16 +144,20 @@ class ProxyAdmin:
         exit_code: int | None = None,
         backend: str | None = None,
         message: str | None = None,
-    ) -> int | None:
-        """Record the rollout's end (a RolloutEvent with ``phase``); the number of calls the
-        proxy numbered for it (None when the rollout had already been finished)."""
+    ) -> Finished:
+        """Record the rollout's end (a RolloutEvent with ``phase``); what the proxy saw of it
+        (:class:`Finished`)."""
         body: dict[str, Any] = {"phase": phase.value, "exit_code": exit_code}
         if backend is not None:
             body["backend"] = backend
         if message is not None:
             body["message"] = message
-        calls = self._call("POST", f"/admin/rollouts/{rollout_id}/finish", body).get("calls")
-        return calls if isinstance(calls, int) else None
+        answer = self._call("POST", f"/admin/rollouts/{rollout_id}/finish", body)
+        calls, long = answer.get("calls"), answer.get("too_long")
+        too_long = None
+        if isinstance(long, dict):
+            too_long = (int(long.get("prompt_tokens", 0)), int(long.get("context", 0)))
+        return Finished(calls if isinstance(calls, int) else None, too_long)
 
     def record_phase(
         self,

@@ -43,14 +43,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from infra.harnesses import Harness
-from infra.proxy_client import ProxyAdmin
+from infra.proxy_client import Finished, ProxyAdmin
 from infra.tasks import Task
 from orchestrator.backend import AgentEnd, RolloutBackend, RolloutJob, Verified
 from orchestrator.costs import CostMeter
 from orchestrator.plan import PlannedRollout
 from orchestrator.rundir import RolloutOutcome, RunDir
 from schemas.enums import RolloutPhase
-from schemas.errors import InfrastructureError, OpenForgeError, ServiceError
+from schemas.errors import ConfigError, InfrastructureError, OpenForgeError, ServiceError
 
 
 @dataclass
@@ -271,13 +271,13 @@ class Orchestrator:
             proxy_socket=Path(reg.unix_socket) if reg.unix_socket else None,
         )
         ended: list[AgentEnd] = []
-        calls: list[int | None] = []
+        finished: list[Finished] = []
 
         def on_agent_end(agent: AgentEnd) -> None:
             ended.append(agent)
             if agent.phase is not RolloutPhase.FINISHED:
                 self._update(agent_failures=1)
-            calls.append(
+            finished.append(
                 self.admin.finish_rollout(
                     rollout_id,
                     agent.phase,
@@ -297,8 +297,10 @@ class Orchestrator:
                     self.admin.finish_rollout(
                         rollout_id, RolloutPhase.FAILED, backend=self.backend.name
                     )
+        if finished and finished[0].too_long is not None:
+            raise ConfigError(too_long_message(self.harness.name, *finished[0].too_long))
         return self._score(
-            p, rollout_id, attempt, verified, start, calls[0] if calls else None, meter
+            p, rollout_id, attempt, verified, start, finished[0].calls if finished else None, meter
         )
 
     def _score(
@@ -334,3 +336,20 @@ class Orchestrator:
         outcome = RolloutOutcome.verified(p, rollout_id, attempt, verified, wall_s, calls)
         self.run_dir.write_outcome(outcome)
         return outcome
+
+
+def too_long_message(harness: str, prompt_tokens: int, context: int) -> str:
+    """What to do when ``harness``'s prompt does not fit the model's context (a config error:
+    every rollout would meet it, so the run stops once instead of scoring each 0)."""
+    return (
+        f"the {harness} harness sent a {prompt_tokens}-token prompt and the model's context is "
+        f"{context} tokens: the proxy refused the call. Serve the model with a longer context "
+        f"(openforge train: --set model.context={_room(prompt_tokens)}; rollouts run: a model "
+        "built or served for it) or shorten the harness's prompt (harness.prompt = lean)"
+    )
+
+
+def _room(prompt_tokens: int) -> int:
+    """A context with room for a few more turns after ``prompt_tokens``: the next power of 2
+    at least twice the prompt."""
+    return 1 << max(12, (2 * prompt_tokens - 1).bit_length())

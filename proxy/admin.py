@@ -195,8 +195,8 @@ async def finish_rollout(state: ProxyState, request: Request) -> Response:
     if rollout is None:
         done = state.rollouts.finished(rollout_id)
         if done is not None:  # a retried finish: answer as before, record nothing new
-            answer = {"rollout_id": rollout_id, "phase": done.phase.value, "calls": done.calls}
-            return JSONResponse(answer)
+            again = {"rollout_id": rollout_id, "phase": done.phase.value, "calls": done.calls}
+            return JSONResponse(again)
         raise ProxyError(404, f"unknown rollout {rollout_id!r}: register it first")
     body = await _optional_body(state, request)
     try:
@@ -216,9 +216,14 @@ async def finish_rollout(state: ProxyState, request: Request) -> Response:
     backend, message = _opt_str(body, "backend"), _opt_str(body, "message")
     state.recorder.check()
     await state.end(rollout, phase, backend=backend, exit_code=exit_code, message=message)
-    return JSONResponse(
-        {"rollout_id": rollout.rollout_id, "phase": phase.value, "calls": rollout.calls}
-    )
+    answer: dict[str, Any] = {
+        "rollout_id": rollout.rollout_id,
+        "phase": phase.value,
+        "calls": rollout.calls,
+    }
+    if rollout.too_long is not None:  # the run's context is too short for this harness
+        answer["too_long"] = {"prompt_tokens": rollout.too_long[0], "context": rollout.too_long[1]}
+    return JSONResponse(answer)
 
 
 # Phases the orchestrator reports beside the proxy's own (started on registration, the agent's

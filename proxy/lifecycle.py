@@ -107,6 +107,7 @@ class CallLifecycle:
                 code="context_length_exceeded",
             )
             self._settle(CompletionStatus.REJECTED, too_long.message)
+            self.rollout.refused_too_long(len(plan.prompt_ids), state.max_model_len)
             raise too_long
         max_tokens = min(req.sampling.max_tokens or state.config.default_max_tokens, room)
         if state.config.max_tokens_cap is not None:

@@ -42,6 +42,8 @@ class Rollout:
     api_key: str | None = None
     record: bool = True  # False: calls are served, nothing of the rollout is published
     session: str | None = None  # open mode: the session identity it records (proxy.sessions)
+    # (prompt tokens, context) of its longest prompt refused for leaving no room to answer
+    too_long: tuple[int, int] | None = field(default=None, init=False)
     _in_flight: int = field(default=0, init=False, repr=False)
     _last_active: float = field(default_factory=time.monotonic, init=False, repr=False)
     _next_call: int = field(default=0, init=False, repr=False)
@@ -66,6 +68,12 @@ class Rollout:
     def calls(self) -> int:
         """How many calls were numbered for this rollout (each gets one completion event)."""
         return self._next_call
+
+    def refused_too_long(self, prompt_tokens: int, context: int) -> None:
+        """A call's prompt of ``prompt_tokens`` left no room in the ``context``: kept (the
+        longest) for the rollout's finish, so the orchestrator can stop the run once."""
+        if self.too_long is None or prompt_tokens > self.too_long[0]:
+            self.too_long = (prompt_tokens, context)
 
     def number_from(self, calls: int) -> None:
         """Number its next call ``calls`` (a rollout taken over from a stopped proxy)."""

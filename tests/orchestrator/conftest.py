@@ -58,10 +58,14 @@ def job(
     concurrency: int = 4,
     max_attempts: int = 1,
     local: LocalConfig | None = None,
+    max_model_len: int = 4096,
 ) -> Iterator[Job]:
     """A proxy on ``upstream`` and an orchestrator of ``harness`` on the local backend (built
-    from its config section ``local``, as the command line builds it)."""
-    kw = {} if upstream != NO_UPSTREAM else {"max_model_len": 4096, "upstream_model": "tiny"}
+    from its config section ``local``, as the command line builds it); without an upstream the
+    proxy checks prompts against ``max_model_len``."""
+    kw: dict[str, Any] = {}
+    if upstream == NO_UPSTREAM:
+        kw = {"max_model_len": max_model_len, "upstream_model": "tiny"}
     config = proxy_config(upstream, tmp / "proxy", tokenizer=tiny_model_dir, **kw)
     with running_proxy(config, unix_socket=tmp / "proxy" / "proxy.sock") as proxy:
         assert proxy.unix_socket is not None

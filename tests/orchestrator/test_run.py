@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from infra.harnesses import NoOp
+from infra.harnesses import Agent, NoOp
 from infra.harnesses.base import Endpoint, Invocation, RolloutDirs
 from infra.local.process import processes_of
 from infra.sandbox.bwrap import bwrap_binary
@@ -126,6 +126,23 @@ def test_a_set_up_error_met_mid_run_stops_the_run_without_retries(
     assert summary[second]["status"] == "cancelled"
     assert [e.phase for e in events if e.rollout_id == first][-1] is RolloutPhase.INFRA_FAILED
     assert [e.phase for e in events if e.rollout_id == second] == [RolloutPhase.QUEUED]
+
+
+def test_a_context_shorter_than_the_harness_prompt_stops_the_run_once_with_the_fix(
+    tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    """The agent's first prompt (its system prompt and tool, ~560 tokens) does not fit a
+    256-token context: the proxy refuses the call in the harness's dialect, and the run stops
+    at that rollout with the fix, instead of scoring every rollout 0 (issue 49, bad input)."""
+    task = load_task(_task(tmp_path / "t", "#!/bin/bash\necho 1 > /logs/verifier/reward.txt\n"))
+    with job(tmp_path / "job", Agent(), tiny_model_dir, concurrency=1, max_model_len=256) as j:
+        with pytest.raises(ConfigError, match=r"agent harness sent a \d+-token prompt") as err:
+            j.run([task], n=3)
+        counts = j.orchestrator.counts
+    assert "context is 256 tokens" in str(err.value) and "model.context=4096" in str(err.value)
+    assert (counts.infra_failures, counts.gave_up, counts.done) == (0, 0, 0)
+    summary = json.loads((j.out / "summary.json").read_text())
+    assert [r["status"] for r in summary] == ["infra_failed", "cancelled", "cancelled"]
 
 
 class Sleeper(NoOp):
