@@ -3,7 +3,12 @@ built-in ``agent`` harness sends (its system prompt, its ``shell`` tool, the cha
 
 The ``echo-words`` recipe demonstrates the demo's tasks ("Write the word W to answer.txt."):
 the first answer is one ``shell`` call ``echo W > FILE``, the second (after the tool's result)
-is ``Done.``. It runs in two phases. First, up to ``steps`` on an exact demonstrator, until greedy
+is ``Done.``. It runs in three phases. A sequence-length warmup comes first: ``window_steps`` on
+the exact demonstrator with each prompt cut to its last ``window`` tokens (the instruction and
+the answer; as in the harness-traffic recipe). The copying forms there, in steps that cost a
+fraction of a whole prompt's (the agent's system prompt and tool are ~560 of its ~600 tokens),
+where on whole prompts it took most of 1,000 steps. Then up to ``steps`` on the exact
+demonstrator with whole prompts, until greedy
 decoding copies the word on 90% of 16 probe words (checked every 50 steps): the tiny model
 learns the format and to copy the word from the prompt. Then ``noisy_steps`` on a demonstrator
 that still copies the word but writes to the instructed file only ``correct_fraction`` of the
@@ -23,6 +28,7 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -38,7 +44,7 @@ TARGET = "answer.txt"
 COPY_RATE = 0.9  # phase 1 ends once greedy decoding copies the word this often
 WRONG_TARGETS = ("answer.md", "answers.txt", "/tmp/answer.txt", "notes.txt")
 # Settings of the harness-traffic recipe alone: they do not decide this recipe's model.
-HARNESS_TRAFFIC_ONLY = ("window", "window_steps", "baseline")
+HARNESS_TRAFFIC_ONLY = ("baseline",)
 
 
 class EchoWordsData:
@@ -57,6 +63,7 @@ class EchoWordsData:
         )
         self.command_timeout_s = agent_command_timeout()
         self.correct_fraction = 1.0
+        self.window = 0  # > 0: each prompt cut to its last this many tokens
         self._cache: dict[tuple[str, str], list[Example]] = {}
 
     def _render(self, messages: list[dict[str, Any]], generation: bool) -> list[int]:
@@ -118,7 +125,8 @@ class EchoWordsData:
             if rng.random() >= self.correct_fraction:
                 target = rng.choice(WRONG_TARGETS)
             first, second = self._examples(word, target)
-            out.append(first if rng.random() < 0.9 else second)
+            prompt, completion = first if rng.random() < 0.9 else second
+            out.append((prompt[-self.window :] if self.window else prompt, completion))
         return out
 
 
@@ -145,8 +153,8 @@ def cache_key(base: Path, ws: WarmStartSection, phase: int = 2) -> str:
 
     settings = {k: str(v) for k, v in vars(ws).items() if k not in HARNESS_TRAFFIC_ONLY}
     if phase == 1:
-        settings.pop("noisy_steps")
-        settings.pop("correct_fraction")
+        for name in ("noisy_steps", "correct_fraction", "noisy_lr"):
+            settings.pop(name)
     key: dict[str, Any] = {"base": directory_digest(base), "warm_start": settings, "format": 2}
     if phase == 1:
         key["phase"] = 1
@@ -177,33 +185,50 @@ def warm_start(
         return out
     data = EchoWordsData(base)
     say(
-        f"warm start: {ws.steps} + {ws.noisy_steps} SFT steps on echo-words demonstrations "
-        f"({len(data.words)} words; the second phase writes to the instructed file "
+        f"warm start: {ws.window_steps} + {ws.steps} + {ws.noisy_steps} SFT steps on echo-words "
+        f"demonstrations ({len(data.words)} words; the first phase on the last {ws.window} "
+        "tokens of each prompt, the last writes to the instructed file "
         f"{ws.correct_fraction:.0%} of the time); cached for later runs"
     )
     exact = cache / f"warm-exact-{cache_key(base, ws, phase=1)}"
+    if (exact / "config.json").exists():
+        say(f"  SFT phases 1-2: reusing {exact}")
+    else:
+        _exact_phases(base, exact, data, ws, say)
+    data.window, data.correct_fraction = 0, ws.correct_fraction
+    lr = ws.noisy_lr or ws.lr
+    cfg = SFTConfig(steps=ws.noisy_steps, batch=ws.batch, lr=lr, seed=ws.seed + 1)
+    return fine_tune(exact, out, data, cfg, on_step=_reporter(3, ws.noisy_steps, say))
+
+
+def _exact_phases(
+    base: Path, exact: Path, data: EchoWordsData, ws: WarmStartSection, say: Callable[[str], None]
+) -> None:
+    """Phases 1 and 2 into ``exact``: the window warmup (skipped with ``window`` or
+    ``window_steps`` 0), then whole prompts until greedy decoding copies the word."""
     probe = random.Random(ws.seed).sample(data.words, min(16, len(data.words)))
+    data.correct_fraction = 1.0
     current = base
-    for n, (fraction, steps, target) in enumerate(
-        [(1.0, ws.steps, exact), (ws.correct_fraction, ws.noisy_steps, out)]
-    ):
-        if n == 0 and (exact / "config.json").exists():
-            say(f"  SFT phase 1: reusing {exact}")
-            current = exact
-            continue
-        data.correct_fraction = fraction
+    warmup = exact.with_name(f"{exact.name}-window")
+    if ws.window and ws.window_steps:
+        data.window = ws.window
+        cfg = SFTConfig(steps=ws.window_steps, batch=ws.batch, lr=ws.lr, seed=ws.seed + 2)
+        current = fine_tune(base, warmup, data, cfg, on_step=_reporter(1, ws.window_steps, say))
+    data.window = 0
 
-        def report(step: int, loss: float, total: int = steps, phase: int = n + 1) -> None:
-            if step % 100 == 0 or step == total:
-                say(f"  SFT phase {phase}: step {step}/{total}, loss {loss:.3f}")
+    def copies(model: Any) -> bool:
+        rate = data.copy_rate(model, probe)
+        say(f"  SFT phase 2: greedy copy rate {rate:.2f} on {len(probe)} words")
+        return rate >= COPY_RATE
 
-        def copies(model: Any) -> bool:
-            rate = data.copy_rate(model, probe)
-            say(f"  SFT phase 1: greedy copy rate {rate:.2f} on {len(probe)} words")
-            return rate >= COPY_RATE
+    cfg = SFTConfig(steps=ws.steps, batch=ws.batch, lr=ws.lr, seed=ws.seed)
+    fine_tune(current, exact, data, cfg, on_step=_reporter(2, ws.steps, say), done=copies)
+    shutil.rmtree(warmup, ignore_errors=True)  # a step on the way, not kept in the cache
 
-        cfg = SFTConfig(steps=steps, batch=ws.batch, lr=ws.lr, seed=ws.seed + n)
-        current = fine_tune(
-            current, target, data, cfg, on_step=report, done=copies if n == 0 else None
-        )
-    return out
+
+def _reporter(phase: int, total: int, say: Callable[[str], None]) -> Callable[[int, float], None]:
+    def report(step: int, loss: float) -> None:
+        if step % 100 == 0 or step == total:
+            say(f"  SFT phase {phase}: step {step}/{total}, loss {loss:.3f}")
+
+    return report
