@@ -74,11 +74,12 @@ def page(report: Report, max_rows: int = 12) -> str:
     nav = "".join(f'<a href="#s{i}">{escape(s.title)}</a>' for i, s in enumerate(report.sections))
     body = "".join(_section(i, s, max_rows) for i, s in enumerate(report.sections))
     when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    run = escape(_shown(report.run))
     return (
         "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
-        f"<title>OpenForge audit: {escape(str(report.run))}</title><style>{_CSS}</style>"
+        f"<title>OpenForge audit: {run}</title><style>{_CSS}</style>"
         f"<script>{_MEASURE}</script></head><body>"
-        f"<h1>Audit of {escape(str(report.run))}</h1>"
+        f"<h1>Audit of {run}</h1>"
         f"<p class='doc'>{counts}; written {when} by <code>openforge audit</code>. Every "
         "table's query runs as is in <code>openforge query --run RUN</code>.</p>"
         f"<nav>{nav}</nav>{body}</body></html>\n"
@@ -90,3 +91,13 @@ def write(report: Report, path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(page(report))
     return path
+
+
+def _shown(run: object) -> str:
+    """The run as its user names it: relative to the working directory when it is under it
+    (``runs/cpu-demo``), not the machine's absolute path."""
+    path = Path(str(run))
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(run)
