@@ -56,11 +56,19 @@ VLM_MODULES = frozenset({
 })  # fmt: skip
 
 
+# Test modules whose module-scoped fixture is one long run into a fixed directory: the whole
+# module goes to one worker (split over two, each worker made the run again, into the same
+# directory, and the two clobbered each other past the module's timeout).
+WHOLE_MODULES = frozenset({
+    "tests/openforge/train/test_real_harness_runs.py",
+})  # fmt: skip
+
+
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     """xdist's scope scheduling with one scope for :data:`REAL_NODE_MODULES`, one for
-    :data:`VLM_MODULES` and one per test elsewhere (xdist's own ``loadgroup`` cannot group
-    under pytest 9: it renames a private attribute pytest 9 no longer reads). The largest
-    scope is sent first."""
+    :data:`VLM_MODULES`, one per module of :data:`WHOLE_MODULES` and one per test elsewhere
+    (xdist's own ``loadgroup`` cannot group under pytest 9: it renames a private attribute
+    pytest 9 no longer reads). The largest scope is sent first."""
     from xdist.scheduler import LoadScopeScheduling
 
     class RealNodeTogether(LoadScopeScheduling):
@@ -68,6 +76,8 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
             module = nodeid.split("::", 1)[0]
             if module in REAL_NODE_MODULES:
                 return "real-node"
+            if module in WHOLE_MODULES:
+                return module
             return "vlm" if module in VLM_MODULES else nodeid
 
     return RealNodeTogether(config, log)

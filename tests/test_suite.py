@@ -36,3 +36,15 @@ def test_every_module_that_serves_the_tiny_vlm_runs_in_the_vlm_unit() -> None:
         if p.name != "test_suite.py" and re.search(r"\bvlm_server\b", p.read_text())
     }
     assert serving == VLM_MODULES, sorted(serving ^ VLM_MODULES)
+
+
+def test_a_module_whose_fixture_is_one_run_into_a_fixed_directory_runs_on_one_worker() -> None:
+    """Its tests split over both workers made the run twice, into the same directory."""
+    from tests.conftest import WHOLE_MODULES
+
+    fixed = {
+        p.relative_to(ROOT).as_posix()
+        for p in (ROOT / "tests").rglob("test_*.py")
+        if re.search(r'^OUT = Path\("runs"\)', p.read_text(), flags=re.M)
+    }
+    assert fixed and fixed <= WHOLE_MODULES, sorted(fixed - WHOLE_MODULES)
