@@ -46,7 +46,10 @@ def test_every_field_has_a_default_and_a_description() -> None:
         ({"trainer": {"lr": -1.0}}, "trainer.lr must be >= 0"),
         ({"evaluation": {"tasks": -1}}, "evaluation.tasks must be >= 0"),
         ({"rollouts": {"override_memory_mb": -1}}, "rollouts.override_memory_mb must be >= 0"),
-        ({"warm_start": {"window": -1}}, "steps, noisy_steps, window and window_steps must be"),
+        (
+            {"warm_start": {"window": -1}},
+            "steps, noisy_steps, window, window_steps and noisy_lr must be",
+        ),
         ({"rollouts": {"backend": "pods"}}, "choose one of local, kubernetes"),
         (
             {"rollouts": {"backend": "kubernetes"}, "proxy": {"workers": 2}},
