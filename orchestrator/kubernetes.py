@@ -1,11 +1,9 @@
 """The Kubernetes rollout backend: one pod per rollout, watched to its verified end.
 
-What a rollout's pod holds and how it keeps the tests from the agent: :mod:`orchestrator.kube_pod`.
-Per run, the backend makes (all owned by the run's anchor ConfigMap, so that deleting the anchor
-deletes the run): the task ConfigMaps (content-addressed, once per task), and per rollout a
-Secret and a Pod. It makes sure the namespace's NetworkPolicy exists (no ingress; egress only to
-the proxy and DNS). Every API call goes through :class:`~orchestrator.kube_api.KubeApi`, which
-turns the client's errors into ours.
+A rollout's pod: :mod:`orchestrator.kube_pod`; the namespace and its NetworkPolicy:
+:mod:`orchestrator.kube_setup`. Per run, the backend makes (all owned by the run's anchor
+ConfigMap: deleting it deletes the run) the task ConfigMaps (once per task) and per rollout a
+Secret and a Pod; every API call goes through :class:`~orchestrator.kube_api.KubeApi`.
 
 One :class:`~infra.kube.PodWatcher` per backend (list, then watch; 410 Gone: list again) feeds
 every rollout's state (:mod:`orchestrator.kube_wait`); :meth:`run` waits on it:

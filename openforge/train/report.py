@@ -258,3 +258,10 @@ def write_engine_totals(root: Path, totals: EngineTotals) -> None:
     """``engine.json``: where the engine's time went per call in this launch (vLLM's own
     counters: prefill and decode milliseconds, tokens, the prefix cache's hit rate)."""
     (root / "engine.json").write_text(json.dumps(totals.per_call(), indent=2) + "\n")
+
+
+def dataset_name(dataset: str) -> str:
+    """The task set's name for titles (``echo-words``), not the machine's path to it: a
+    directory's name, or a manifest's directory's."""
+    path = Path(dataset)
+    return path.parent.name if path.suffix == ".toml" else path.name

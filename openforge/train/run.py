@@ -54,6 +54,7 @@ from openforge.train.launch import Launch, prepare_launch
 from openforge.train.report import (
     Live,
     Report,
+    dataset_name,
     previous_seconds,
     write_engine_totals,
     write_report,
@@ -392,10 +393,3 @@ def _backend_config(
     return RolloutBackendConfig(
         name=r.backend, local=local, kubernetes=cluster.options(port, images)
     )
-
-
-def dataset_name(dataset: str) -> str:
-    """The task set's name for titles (``echo-words``), not the machine's path to it: a
-    directory's name, or a manifest's directory's."""
-    path = Path(dataset)
-    return path.parent.name if path.suffix == ".toml" else path.name

@@ -228,6 +228,6 @@ def test_the_memory_override_reaches_every_task_of_both_splits() -> None:
     ],
 )
 def test_the_curve_is_titled_by_the_task_set_name_not_its_path(dataset: str, name: str) -> None:
-    from openforge.train.run import dataset_name
+    from openforge.train.report import dataset_name
 
     assert dataset_name(dataset) == name
