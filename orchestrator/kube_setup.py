@@ -23,19 +23,19 @@ log = logging.getLogger(__name__)
 POLICY_HINT = "; the orchestrator needs create/patch on networkpolicies there (infra/k8s)"
 
 
-def ensure_namespace(k8s: KubeApi, ns: str) -> bool:
-    """Make namespace ``ns`` if it is not there; True if this call made it. A SetupError saying
-    what to run if it is missing and this account may not make it."""
+def ensure_namespace(k8s: KubeApi, ns: str) -> None:
+    """Make namespace ``ns`` if it is not there; a SetupError saying what to run if it is
+    missing and this account may not make it."""
     found = k8s.status(k8s.core.read_namespace, ns)
     if found in (200, 403):  # there, or not ours to see (a namespaced Role: the manifests made it)
-        return False
+        return
     if found != 404:
         raise InfrastructureError(f"Kubernetes API: reading namespace {ns} answered {found}")
     body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns, "labels": MANAGED}}
     made = k8s.status(k8s.core.create_namespace, body)
     if made in (201, 409):  # 409: another run made it meanwhile
-        log.info("created namespace %s", ns)
-        return made == 201
+        log.info("namespace %s made", ns)
+        return
     raise SetupError(
         f"namespace {ns} does not exist and this account may not create it ({made}): create it "
         f"with `kubectl create namespace {ns}` (or apply infra/k8s/base/namespaces.yaml), or "
@@ -44,8 +44,8 @@ def ensure_namespace(k8s: KubeApi, ns: str) -> bool:
 
 
 def ensure_policy(k8s: KubeApi, ns: str, options: Any) -> None:
-    """The rollout NetworkPolicy of ``ns`` as ``options`` (the backend's KubeOptions) needs it:
-    made, or patched when there already."""
+    """The rollout NetworkPolicy of ``ns`` as the backend's ``options`` (its KubeOptions, not
+    imported here: kubernetes.py imports this module) need it: made, or patched when there."""
     body = network_policy(
         ns, options.proxy_namespace, options.proxy_labels,
         options.proxy_port, options.proxy_ports, options.proxy_cidr,

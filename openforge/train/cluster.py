@@ -27,7 +27,7 @@ from openforge.train.config import TrainConfig
 from orchestrator.backend import RolloutBackendName
 from orchestrator.kube_pod import PodSettings
 from orchestrator.kubernetes import KubeOptions
-from schemas.errors import ConfigError, InfrastructureError
+from schemas.errors import ConfigError
 
 
 @dataclass(frozen=True)
@@ -73,25 +73,6 @@ def _address(host: str) -> str:
         ) from exc
 
 
-def ensure_namespace(kubeconfig: Path, namespace: str) -> None:
-    """Create ``namespace`` unless it exists."""
-    from kubernetes import client
-    from kubernetes.client.exceptions import ApiException
-
-    from infra.kube.client import api_client
-
-    with api_client(kubeconfig, pool=2) as api:
-        body = client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace))
-        try:
-            client.CoreV1Api(api).create_namespace(body)
-        except ApiException as exc:
-            if exc.status != 409:
-                raise InfrastructureError(
-                    f"cannot create the namespace {namespace!r} ({exc.status} {exc.reason}): "
-                    "create it, or set kubernetes.namespace to one the kubeconfig may use"
-                ) from exc
-
-
 @contextmanager
 def rollout_cluster(
     cfg: TrainConfig, root: Path, say: Callable[[str], None] = print
@@ -106,7 +87,6 @@ def rollout_cluster(
             Path(kube.kubeconfig), kube.namespace, kube.proxy_host,
             kube.image_sink or None, kube.egress_canary or None, kube.cpu_request,
         )  # fmt: skip
-        ensure_namespace(cluster.kubeconfig, cluster.namespace)
         yield cluster
         return
     from infra.local.kube import LocalKube
@@ -122,7 +102,6 @@ def rollout_cluster(
             kube.image_sink or node.sink.url, kube.egress_canary or node.policy.canary,
             kube.cpu_request,
         )  # fmt: skip
-        ensure_namespace(cluster.kubeconfig, cluster.namespace)
         say(f"kube at {local.server} (KUBECONFIG={local.kubeconfig}); pods reach the proxy at "
             f"{cluster.proxy_host}; images to {cluster.image_sink}")  # fmt: skip
         yield cluster
