@@ -27,6 +27,8 @@ from infra.proxy_client import ProxyAdmin
 from infra.tasks import Task
 from orchestrator.plan import plan
 from orchestrator.run import Orchestrator
+from orchestrator.rundir import RolloutOutcome, Status
+from schemas.errors import InfrastructureError
 
 EVAL_FIELDS = ["policy_version", "mean_reward", "rollouts", "seconds"]
 
@@ -90,6 +92,9 @@ class Pacing:
     eval_every: int
     eval_samples: int
     seed: int
+    # How long an update may take to be served once its rollouts have ended: past it, the run
+    # fails saying so, rather than wait for a batch that will never be formed.
+    update_wait_s: float = 3600.0
 
 
 class RolloutDriver(threading.Thread):
@@ -125,11 +130,20 @@ class RolloutDriver(threading.Thread):
         )
 
     def _wait_for(self, version: int) -> int | None:
-        """Wait until the served policy version is at least ``version``; None when stopped."""
+        """Wait until the served policy version is at least ``version``; None when stopped.
+        Raises when it is not served within ``pacing.update_wait_s``."""
+        deadline = time.monotonic() + self.pacing.update_wait_s
         while not self.stop.is_set():
             current = self.admin.policy_version()
             if current >= version:
                 return current
+            if time.monotonic() > deadline:
+                raise InfrastructureError(
+                    f"policy version {version} was not served within "
+                    f"{self.pacing.update_wait_s:.0f} s of its rollouts' end (still {current}): "
+                    "the trainer got no batch; its log under trainer/ and the pipeline's "
+                    "(pipeline.log) in the run directory say why"
+                )
             time.sleep(0.1)
         return None
 
@@ -160,7 +174,7 @@ class RolloutDriver(threading.Thread):
                     return
                 self._maybe_evaluate(version)
                 planned = plan(self.tasks_for(step), self.pacing.samples, f"{self.tag}-s{step}")
-                self.train_orch.run(planned)
+                _check_round(step, self.train_orch.run(planned), self.stop)
                 step += 1
             final = self._wait_for(self.pacing.steps)
             if final is not None:  # the last version is evaluated whatever `every` says
@@ -169,3 +183,16 @@ class RolloutDriver(threading.Thread):
             self.error = exc
         finally:
             self.stop.set()
+
+
+def _check_round(step: int, outcomes: Sequence[RolloutOutcome], stop: threading.Event) -> None:
+    """An update whose rollouts all failed for infrastructure reasons gets no batch: say why
+    instead of waiting for it."""
+    if stop.is_set() or not outcomes or any(o.status is Status.VERIFIED for o in outcomes):
+        return
+    reasons = sorted({o.message for o in outcomes if o.message})
+    raise InfrastructureError(
+        f"none of the {len(outcomes)} rollouts of update {step} was verified, so it can get no "
+        f"batch: {'; '.join(reasons[:3]) or 'no reason recorded'} "
+        "(each rollout's files are under rollouts/ in the run directory)"
+    )
