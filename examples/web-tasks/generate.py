@@ -7,10 +7,14 @@ Each task is self-contained, as Harbor wants (its ``environment/`` is its image'
 context), so the parts they share are copied in from ``kit/``: the image recipe, the small web
 framework (``webapp.py``) and the entrypoint that starts the app (``serve.sh``), the verifier's
 ``test.sh`` (each task's own check is ``tests/check.py``), the solution's ``solve.sh`` (each
-task's scripted run is ``solution/solve.py``) with the browser agent's DevTools driver
-(``infra/harnesses/browser_cdp.py``), and ``task.toml`` with the task's difficulty. What is
-each task's own: ``instruction.md``, ``environment/app.py``, ``solution/solve.py`` and
+task's scripted run is ``solution/solve.py``), and ``task.toml`` with the task's difficulty.
+What is each task's own: ``instruction.md``, ``environment/app.py``, ``solution/solve.py`` and
 ``tests/check.py``.
+
+The browser agent's DevTools driver (``infra/harnesses/browser_cdp.py`` and
+``browser_tree.py``), which the solutions drive Chromium with, is not copied here: the manifest
+names it in its ``[shared]`` table, and loading the task set copies it into each solution
+(``infra/tasks/shared.py``; the copies are ignored by git).
 """
 
 from __future__ import annotations
@@ -21,7 +25,8 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 KIT = HERE / "kit"
-DRIVER = HERE.parents[1] / "infra" / "harnesses" / "browser_cdp.py"
+# The driver the solutions share, from its one source (manifest.toml's [shared] table).
+DRIVER = ("browser_cdp.py", "browser_tree.py")
 
 # The tasks in increasing difficulty: name -> (difficulty, split).
 TASKS = {
@@ -44,7 +49,6 @@ def files(name: str, difficulty: str) -> dict[str, bytes]:
         "environment/serve.sh": (KIT / "serve.sh").read_bytes(),
         "tests/test.sh": (KIT / "test.sh").read_bytes(),
         "solution/solve.sh": (KIT / "solve.sh").read_bytes(),
-        "solution/browser_cdp.py": DRIVER.read_bytes(),
     }
 
 
@@ -55,7 +59,13 @@ def manifest() -> bytes:
     ]
     for name, (_, split) in TASKS.items():
         lines += ["[[tasks]]", f'path = "{name}"', f'split = "{split}"', ""]
-    return "\n".join(lines).encode()
+    lines += [
+        "# The browser agent's driver, which every solution drives Chromium with: copied into each",
+        "# task's solution/ when the task set is loaded (not committed; infra/tasks/shared.py).",
+        "[shared]",
+    ]
+    lines += [f'"solution/{n}" = "../../infra/harnesses/{n}"' for n in DRIVER]
+    return "\n".join(lines).encode() + b"\n"
 
 
 def main(argv: list[str]) -> int:

@@ -19,7 +19,10 @@ from infra.harnesses.base import Capabilities, Endpoint, Invocation, RolloutDirs
 from schemas.enums import Dialect
 from schemas.errors import ConfigError
 
-SCRIPTS = (Path(__file__).with_name("browser_main.py"), Path(__file__).with_name("browser_cdp.py"))
+SCRIPTS = tuple(
+    Path(__file__).with_name(name)
+    for name in ("browser_main.py", "browser_cdp.py", "browser_tree.py")
+)
 
 
 class Observation(StrEnum):
@@ -58,7 +61,7 @@ class Browser(Agent):
 
     @property
     def version(self) -> str:
-        """A digest of the two scripts."""
+        """A digest of its scripts."""
         digest = hashlib.sha256()
         for script in SCRIPTS:
             digest.update(script.read_bytes())

@@ -6,15 +6,16 @@
     page.type(3, "ada@example.org", submit=True)
 
 It runs inside a rollout's sandbox (the ``browser`` harness copies it there, beside
-``browser_main.py``) and in web tasks' solutions (a copy of it, so that a solution is the same
-scripted browser run), so it imports nothing but the standard library. Chromium is started with
-``--remote-debugging-pipe``: the protocol goes over two pipes (its fd 3 in, fd 4 out; messages
-end with a NUL byte), so no port is opened. Chromium's own sandbox is off (``--no-sandbox``):
-the rollout's sandbox is the isolation, and a user namespace inside it is not available.
+``browser_main.py`` and ``browser_tree.py``) and in the web tasks' solutions (their manifest
+names it as a shared file, copied in when the task set is loaded), so that a solution is the
+same scripted browser run; it imports nothing but the standard library and ``browser_tree``.
+Chromium is started with ``--remote-debugging-pipe``: the protocol goes over two pipes (its fd 3
+in, fd 4 out; messages end with a NUL byte), so no port is opened. Chromium's own sandbox is off
+(``--no-sandbox``): the rollout's sandbox is the isolation, and a user namespace inside it is not
+available.
 
-The observation (:meth:`Page.observe`) is the page's accessibility tree as text: one line per
-node that shows something (a heading, text, a control), in document order; each control gets a
-number (``[3] textbox "Email" value=""``) that the actions (:meth:`Page.click`,
+The observation (:meth:`Page.observe`) is the page's accessibility tree as text
+(``browser_tree.py``): each control gets a number that the actions (:meth:`Page.click`,
 :meth:`Page.type`, :meth:`Page.select`) take. Numbers are valid until the next observation.
 """
 
@@ -29,18 +30,18 @@ import select
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-# Roles a person acts on: these get numbers.
-CONTROLS = {
-    "button", "link", "textbox", "searchbox", "combobox", "checkbox", "radio", "menuitem",
-    "option", "listbox", "spinbutton", "switch", "slider", "tab", "menuitemcheckbox",
-}  # fmt: skip
-# Roles shown for what they say.
-TEXTS = {"heading", "StaticText", "image", "alert", "status", "cell", "columnheader", "caption"}
-FLAGS = ("checked", "selected", "disabled", "required", "expanded")
+if TYPE_CHECKING or __package__:  # imported as infra.harnesses.browser_cdp
+    from infra.harnesses.browser_tree import Control, Observation, tree_text
+else:  # a copy in a sandbox or a solution: browser_tree.py is beside it
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from browser_tree import Control, Observation, tree_text
+
 CHROMIUM_NAMES = ("chromium", "chromium-browser", "/usr/lib/chromium/chromium")
 # Headless, no sandbox of its own (the rollout's is the isolation), nothing it would fetch or
 # report by itself.
@@ -114,26 +115,6 @@ class Pipe:
         raw, self._buffer = self._buffer.split(b"\0", 1)
         value = json.loads(raw)
         return value if isinstance(value, dict) else None
-
-
-@dataclass
-class Observation:
-    """What the page shows: its URL, title and accessibility tree as text; the numbered
-    controls' DOM node ids."""
-
-    url: str
-    title: str
-    text: str
-    controls: dict[int, Control] = field(default_factory=dict)  # by number
-
-
-@dataclass(frozen=True)
-class Control:
-    """A numbered element: its DOM node, its role and its accessible name."""
-
-    node: int  # the backend DOM node id
-    role: str
-    name: str
 
 
 @dataclass
@@ -272,92 +253,6 @@ _SELECT = """function(option) {
   }
   return null;
 }"""
-
-
-def _prop(node: dict[str, Any], name: str) -> Any:
-    for prop in node.get("properties", ()):
-        if prop.get("name") == name:
-            return prop.get("value", {}).get("value")
-    return None
-
-
-def tree_text(nodes: list[dict[str, Any]]) -> tuple[list[str], dict[int, Control]]:
-    """The accessibility tree's nodes (as ``Accessibility.getFullAXTree`` gives them) as the
-    observation's lines, in document order, and its numbered controls. Text that only repeats
-    its parent's is left out; a drop-down list's options are listed on its line, not numbered.
-    Each node is shown once, however the nodes link (no recursion: a deep page is no limit)."""
-    by_id = {n["nodeId"]: n for n in nodes if isinstance(n, dict) and "nodeId" in n}
-    lines: list[str] = []
-    controls: dict[int, Control] = {}
-    seen: set[str] = set()
-    roots = [n for n in by_id.values() if n.get("parentId") not in by_id]
-    stack: list[tuple[dict[str, Any], str | None]] = [(r, None) for r in reversed(roots)]
-    while stack:
-        node, said = stack.pop()
-        if node["nodeId"] in seen:
-            continue
-        seen.add(node["nodeId"])
-        line, said, descend = _line(node, by_id, said, len(controls) + 1)
-        if line is not None:
-            lines.append(line)
-        if _is_control(node):
-            controls[len(controls) + 1] = Control(
-                node["backendDOMNodeId"], _role(node), _name(node)
-            )
-        if descend:
-            children = [by_id[c] for c in node.get("childIds", ()) if c in by_id]
-            stack += [(child, said) for child in reversed(children)]
-    return lines, controls
-
-
-def _role(node: dict[str, Any]) -> str:
-    return str((node.get("role") or {}).get("value", ""))
-
-
-def _name(node: dict[str, Any]) -> str:
-    return str((node.get("name") or {}).get("value", "") or "").strip()
-
-
-def _is_control(node: dict[str, Any]) -> bool:
-    """A node that gets a number: shown, a control's role, a DOM node to act on."""
-    return (
-        not node.get("ignored")
-        and _role(node) in CONTROLS
-        and isinstance(node.get("backendDOMNodeId"), int)
-    )
-
-
-def _line(
-    node: dict[str, Any], by_id: dict[str, dict[str, Any]], said: str | None, number: int
-) -> tuple[str | None, str | None, bool]:
-    """A node's line (None: it shows nothing), what its children need not repeat, and whether
-    its children are shown."""
-    role, name = _role(node), _name(node)
-    if node.get("ignored"):
-        return None, said, True
-    if _is_control(node):
-        line = f"[{number}] {role} {json.dumps(name)}"
-        value = str((node.get("value") or {}).get("value") or "")
-        if role in {"textbox", "searchbox", "combobox", "spinbutton"}:
-            line += f" value={json.dumps(value)}"
-        line += "".join(f" {f}" for f in FLAGS if _prop(node, f) in (True, "true"))
-        options = _options(node, by_id, set()) if role == "combobox" else []
-        if options:
-            return f"{line} options={json.dumps(options)}", said, False
-        return line, value or name, True  # a field's text is its value, already on its line
-    if role in TEXTS and name and name != said:
-        return f"{'text' if role == 'StaticText' else role} {json.dumps(name)}", name, True
-    return None, said, True
-
-
-def _options(node: dict[str, Any], by_id: dict[str, dict[str, Any]], seen: set[str]) -> list[str]:
-    out: list[str] = []
-    for child in (by_id[c] for c in node.get("childIds", ()) if c in by_id):
-        if child["nodeId"] in seen or len(seen) > len(by_id):
-            continue
-        seen.add(child["nodeId"])
-        out += [_name(child)] if _role(child) == "option" else _options(child, by_id, seen)
-    return out
 
 
 def _spawn(

@@ -17,6 +17,9 @@ A dataset is either
       path = "write-file"
       split = "train"
 
+  A TOML manifest may also name files its tasks share, copied into each task as it is read
+  (``infra.tasks.shared``).
+
 A task is malformed, and :class:`~schemas.errors.TaskError` names the file and the field, when it
 lacks ``task.toml``, ``instruction.md`` or ``tests/test.sh``, when task.toml is not valid TOML, or
 when a known key has the wrong type. Two tasks with one id in a dataset are an error too.
@@ -34,6 +37,7 @@ from typing import Any
 from infra.tasks import config
 from infra.tasks.harbor import steps
 from infra.tasks.model import Split, Task
+from infra.tasks.shared import place, shared_files
 from schemas.errors import TaskError
 
 MANIFEST_KEYS = ("path", "split", "id")
@@ -138,7 +142,9 @@ def read_manifest(path: Path) -> list[tuple[Path, Split, str | None]]:
         entries = raw.get("tasks")
         if not isinstance(entries, list):
             raise TaskError(f"{path}: tasks must be an array of tables ([[tasks]] path = ...)")
-        return [_entry(e, f"{path}: tasks[{i}]", path.parent) for i, e in enumerate(entries)]
+        out = [_entry(e, f"{path}: tasks[{i}]", path.parent) for i, e in enumerate(entries)]
+        place(shared_files(raw.get("shared"), path), (task_dir for task_dir, _, _ in out))
+        return out
     if path.suffix in (".jsonl", ".json"):
         out = []
         for n, line in enumerate(text.splitlines(), 1):

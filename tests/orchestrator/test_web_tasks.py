@@ -35,7 +35,7 @@ WEB = ROOT / "examples" / "web-tasks"
 NAMES = ["newsletter-signup", "settings-save", "shop-order", "profile-login", "flight-booking"]
 
 
-def test_the_shared_files_of_the_web_tasks_are_generated_and_current() -> None:
+def test_the_shared_files_of_the_web_tasks_are_generated_current_and_single_source() -> None:
     done = subprocess.run(
         [sys.executable, "examples/web-tasks/generate.py", "--check"],
         cwd=ROOT,
@@ -43,6 +43,16 @@ def test_the_shared_files_of_the_web_tasks_are_generated_and_current() -> None:
         text=True,
     )
     assert done.returncode == 0, done.stdout + done.stderr
+    # The browser agent's driver has one source: loading the set copies it into each solution.
+    load_dataset(WEB)
+    for name in NAMES:
+        for module in ("browser_cdp.py", "browser_tree.py"):
+            source = ROOT / "infra" / "harnesses" / module
+            assert (WEB / name / "solution" / module).read_bytes() == source.read_bytes()
+    tracked = subprocess.run(
+        ["git", "ls-files", "examples/web-tasks"], cwd=ROOT, capture_output=True, text=True
+    ).stdout.split()
+    assert tracked and not [f for f in tracked if f.endswith(("browser_cdp.py", "browser_tree.py"))]
 
 
 def test_oracle_1_and_noop_0_on_every_web_task(tiny_model_dir: Path, tmp_path: Path) -> None:

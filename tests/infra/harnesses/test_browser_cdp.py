@@ -15,8 +15,9 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from infra.harnesses.browser_cdp import CONTROLS, TEXTS, Browser, BrowserError, Page, tree_text
+from infra.harnesses.browser_cdp import Browser, BrowserError, Page
 from infra.harnesses.browser_main import TOOLS, act
+from infra.harnesses.browser_tree import CONTROLS, TEXTS, tree_text
 from infra.paths import chromium_binary
 
 FORM = """<!doctype html><html><head><title>Sign up</title></head><body>
