@@ -27,10 +27,12 @@ from schemas.errors import ServiceError
 class Finished:
     """The proxy's answer to a rollout's finish: the calls it numbered for the rollout (None:
     it had been finished already) and, when the proxy refused a call whose prompt left no room
-    in the model's context, the longest such prompt and that context (tokens)."""
+    in the model's context, the longest such prompt and that context (tokens); the seconds
+    from its registration to its first call's arrival (None: it made none)."""
 
     calls: int | None
     too_long: tuple[int, int] | None = None
+    first_call_s: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,7 +159,12 @@ class ProxyAdmin:
         too_long = None
         if isinstance(long, dict):
             too_long = (int(long.get("prompt_tokens", 0)), int(long.get("context", 0)))
-        return Finished(calls if isinstance(calls, int) else None, too_long)
+        first = answer.get("first_call_s")
+        return Finished(
+            calls if isinstance(calls, int) else None,
+            too_long,
+            float(first) if isinstance(first, int | float) else None,
+        )
 
     def record_phase(
         self,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import statistics
 import threading
 import time
 from collections import defaultdict
@@ -50,10 +51,18 @@ def live_progress(console: Console, counts: Counts) -> Iterator[None]:
 
 
 def summary_table(outcomes: Sequence[RolloutOutcome]) -> Table:
-    """Per task: rollouts, verified, mean reward, model calls recorded, agent ends and
-    infrastructure failures."""
+    """Per task: rollouts, verified, mean reward, model calls recorded, the median seconds from
+    an attempt's start to its first model call (agent ready), agent ends and infrastructure
+    failures."""
     table = Table(
-        "task", "rollouts", "verified", "mean reward", "calls", "agent ends", "infra failed"
+        "task",
+        "rollouts",
+        "verified",
+        "mean reward",
+        "calls",
+        "ready p50 (s)",
+        "agent ends",
+        "infra failed",
     )
     by_task: dict[str, list[RolloutOutcome]] = defaultdict(list)
     for r in outcomes:
@@ -70,7 +79,12 @@ def summary_table(outcomes: Sequence[RolloutOutcome]) -> Table:
             str(sum(r.status is Status.VERIFIED for r in rows)),
             f"{sum(rewards) / len(rewards):.3f}" if rewards else "-",
             str(sum(r.calls or 0 for r in rows)),
+            _median([r.ready_s for r in rows if r.ready_s is not None]),
             ", ".join(f"{k} {v}" for k, v in sorted(ends.items())) or "-",
             str(sum(r.status is Status.INFRA_FAILED for r in rows)),
         )
     return table
+
+
+def _median(values: list[float]) -> str:
+    return f"{statistics.median(values):.2f}" if values else "-"

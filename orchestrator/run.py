@@ -259,7 +259,8 @@ class Orchestrator:
             )
         except ServiceError as exc:
             raise InfrastructureError(f"cannot register with the proxy: {exc}") from exc
-        meter.add("prepare_s", time.monotonic() - start)  # the backend adds its lay-out
+        registered_s = time.monotonic() - start
+        meter.add("prepare_s", registered_s)  # the backend adds its lay-out
         job = RolloutJob(
             rollout_id,
             p.task,
@@ -299,6 +300,8 @@ class Orchestrator:
                     )
         if finished and finished[0].too_long is not None:
             raise ConfigError(too_long_message(self.harness.name, *finished[0].too_long))
+        if finished and finished[0].first_call_s is not None:  # the proxy's clock from here
+            meter.add("ready_s", registered_s + finished[0].first_call_s)
         return self._score(
             p, rollout_id, attempt, verified, start, finished[0].calls if finished else None, meter
         )
@@ -333,7 +336,9 @@ class Orchestrator:
             self.counts.rewards.append(reward.reward)
             self.counts.calls += calls or 0
         wall_s = time.monotonic() - start
-        outcome = RolloutOutcome.verified(p, rollout_id, attempt, verified, wall_s, calls)
+        outcome = RolloutOutcome.verified(
+            p, rollout_id, attempt, verified, wall_s, calls, meter.costs.get("ready_s")
+        )
         self.run_dir.write_outcome(outcome)
         return outcome
 

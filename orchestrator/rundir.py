@@ -56,6 +56,7 @@ class RolloutOutcome:
     message: str = ""
     wall_s: float | None = None  # the attempt, from registration to the recorded reward
     calls: int | None = None  # the model calls the proxy recorded for the attempt
+    ready_s: float | None = None  # from the attempt's start to its first model call
 
     @classmethod
     def verified(
@@ -66,6 +67,7 @@ class RolloutOutcome:
         v: Verified,
         wall_s: float,
         calls: int | None = None,
+        ready_s: float | None = None,
     ) -> RolloutOutcome:
         return cls(
             rollout_id,
@@ -83,6 +85,7 @@ class RolloutOutcome:
             v.agent.message,
             round(wall_s, 4),
             calls,
+            None if ready_s is None else round(ready_s, 4),
         )
 
     @classmethod

@@ -195,7 +195,12 @@ async def finish_rollout(state: ProxyState, request: Request) -> Response:
     if rollout is None:
         done = state.rollouts.finished(rollout_id)
         if done is not None:  # a retried finish: answer as before, record nothing new
-            again = {"rollout_id": rollout_id, "phase": done.phase.value, "calls": done.calls}
+            again = {
+                "rollout_id": rollout_id,
+                "phase": done.phase.value,
+                "calls": done.calls,
+                "first_call_s": done.first_call_s,
+            }
             return JSONResponse(again)
         raise ProxyError(404, f"unknown rollout {rollout_id!r}: register it first")
     body = await _optional_body(state, request)
@@ -220,6 +225,7 @@ async def finish_rollout(state: ProxyState, request: Request) -> Response:
         "rollout_id": rollout.rollout_id,
         "phase": phase.value,
         "calls": rollout.calls,
+        "first_call_s": rollout.first_call_s,
     }
     if rollout.too_long is not None:  # the run's context is too short for this harness
         answer["too_long"] = {"prompt_tokens": rollout.too_long[0], "context": rollout.too_long[1]}

@@ -44,6 +44,7 @@ class Rollout:
     session: str | None = None  # open mode: the session identity it records (proxy.sessions)
     # (prompt tokens, context) of its longest prompt refused for leaving no room to answer
     too_long: tuple[int, int] | None = field(default=None, init=False)
+    first_call_us: int | None = field(default=None, init=False)  # when its first call arrived
     _in_flight: int = field(default=0, init=False, repr=False)
     _last_active: float = field(default_factory=time.monotonic, init=False, repr=False)
     _next_call: int = field(default=0, init=False, repr=False)
@@ -62,7 +63,17 @@ class Rollout:
         async with self._lock:
             index = self._next_call
             self._next_call += 1
+            if self.first_call_us is None:
+                self.first_call_us = time.time_ns() // 1000
             return index, self._tracker.plan(req, renderer)
+
+    @property
+    def first_call_s(self) -> float | None:
+        """Seconds from its registration to its first call's arrival (None: no call yet): the
+        workspace, the sandbox's start and the harness's own start-up."""
+        if self.first_call_us is None:
+            return None
+        return max(0.0, (self.first_call_us - self.created_us) / 1e6)
 
     @property
     def calls(self) -> int:
@@ -126,6 +137,7 @@ class FinishedRollout:
     api_key: str | None
     record: bool = True
     calls: int = 0  # calls it had made when it finished (what its finish answered)
+    first_call_s: float | None = None  # registration to first call (what its finish answered)
 
 
 class RolloutRegistry:
@@ -222,6 +234,7 @@ class RolloutRegistry:
             rollout.api_key,
             rollout.record,
             rollout.calls,
+            rollout.first_call_s,
         )
         self._finished[rollout.rollout_id] = done
         if done.api_key is not None:

@@ -76,4 +76,7 @@ COSTS: dict[str, str] = {
     "verifier_cpu_s": "CPU-seconds of everything in the verifier's sandbox (from its cgroup)",
     "verifier_peak_mib": "peak memory of the verifier's sandbox, MiB (from its cgroup)",
     "wall_s": "seconds of the attempt, from its start to its reward recorded",
+    "ready_s": "seconds from the attempt's start to the harness's first model call at the proxy: "
+    "registration, the workspace, the sandbox's start and the harness's own start-up (absent: "
+    "it made no call)",
 }

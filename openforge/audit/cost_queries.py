@@ -30,10 +30,12 @@ COST_QUERIES: tuple[Query, ...] = (
         "one row per harness: its verified rollouts, the mean seconds of each phase (queued, "
         "prepare, the agent waiting on the model and running itself and its tools, the final "
         "workspace saved, the verifier), the whole attempt, CPU-seconds and peak MiB of the "
-        "agent's sandbox, the verifier's CPU-seconds, calls and tokens, and the path from reward "
-        "to episode to update",
+        "agent's sandbox, the verifier's CPU-seconds, calls and tokens, the path from reward "
+        "to episode to update, and the time from an attempt's start to the harness's first model "
+        "call (agent ready: median and 90th percentile)",
         f"""
         SELECT coalesce(harness, '?') AS harness, count(*) AS rollouts, {_MEANS},
+            median(ready_s) AS ready_p50_s, quantile_cont(ready_s, 0.9) AS ready_p90_s,
             avg(calls) AS calls, avg(tokens_in) AS tokens_in, avg(tokens_out) AS tokens_out
         FROM rollout_costs GROUP BY 1 ORDER BY 1
         """,

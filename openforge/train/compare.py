@@ -5,7 +5,8 @@ tasks, updates and seed), each into ``OUTPUT_DIR/HARNESS``; then one report in `
 - ``comparison.png``: held-out reward per policy version and train reward per update, one
   line per harness;
 - ``comparison.json``: per harness, held-out reward per version, calls and tokens per rollout,
-  prompt tokens per call, prefill and decode per call, the prefix cache's hit rate, wall time;
+  prompt tokens per call, prefill and decode per call, the prefix cache's hit rate, the median
+  seconds from a rollout's start to its first model call (agent ready), wall time;
 - ``comparison.html``: the audit page of the runs side by side (``openforge audit --compare``:
   reward per step and by task, error recovery, cost per rollout, utilisation).
 """
@@ -13,6 +14,7 @@ tasks, updates and seed), each into ``OUTPUT_DIR/HARNESS``; then one report in `
 from __future__ import annotations
 
 import json
+import statistics
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -47,6 +49,7 @@ class HarnessFigures:
     prefix_cache_hit_rate: float
     agent_s_per_rollout: float
     verifier_s_per_rollout: float
+    ready_s_p50: float | None  # attempt start to first model call (None: no rollout called)
     wall_s: float
 
 
@@ -72,8 +75,13 @@ def figures(harness: str, run: Path) -> HarnessFigures:
         prefix_cache_hit_rate=round(engine["prefix_cache_hit_rate"], 3),
         agent_s_per_rollout=round(sum(o.agent_s or 0.0 for o in outcomes) / n, 2),
         verifier_s_per_rollout=round(sum(o.verifier_s or 0.0 for o in outcomes) / n, 2),
+        ready_s_p50=_median([o.ready_s for o in outcomes if o.ready_s is not None]),
         wall_s=float(summary["seconds"]),
     )
+
+
+def _median(values: list[float]) -> float | None:
+    return round(statistics.median(values), 3) if values else None
 
 
 def write_comparison(output_dir: Path, runs: dict[str, Path]) -> list[Path]:

@@ -129,6 +129,9 @@ def test_the_browser_agent_does_a_web_task_through_the_proxy(
     assert hits == []  # the host's own services are out of the sandbox's reach
     assert lines[-1]["stop"] == "done" and lines[-1]["final_message"] == "Subscribed."
     assert record.status is Status.VERIFIED and record.reward == 1.0, record
+    # Agent ready: its sandbox, the app, Chromium and the harness started before its first call.
+    assert record.ready_s is not None and record.agent_s is not None
+    assert 0 < record.ready_s < record.agent_s + 5, record
     state = json.loads((root / "workspace" / "data" / "state.json").read_text())
     assert state["subscribers"] == ["ada@example.org"]
     # Four calls, each recorded with the engine's tokens, in the harness's dialect.

@@ -77,9 +77,14 @@ def test_after_finish_rewards_are_accepted_and_calls_refused(proxy: RunningProxy
     auth = {"authorization": f"Bearer {key}"}
     url = f"{proxy.url}/v1/chat/completions"
     assert httpx.post(url, json=CHAT, headers=auth, timeout=60).status_code == 200
-    finished = {"rollout_id": rollout, "phase": "finished", "calls": 1}
-    assert _finish(proxy, rollout).json() == finished
-    assert _finish(proxy, rollout).json() == finished  # idempotent
+    finished = _finish(proxy, rollout).json()
+    # Its first call came after its registration: the harness's start, as the proxy saw it.
+    assert 0 < finished["first_call_s"] < 60
+    assert finished == {
+        "rollout_id": rollout, "phase": "finished", "calls": 1,
+        "first_call_s": finished["first_call_s"],
+    }  # fmt: skip
+    assert _finish(proxy, rollout).json() == finished  # idempotent: the same answer
 
     # The orchestrator posts the reward after the rollout ends, with the admin token; the
     # rollout's own key (all the agent holds) is refused.

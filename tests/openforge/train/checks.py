@@ -181,13 +181,17 @@ def _check_costs(out: Path) -> None:
         return ", ".join(repr(b) for b, names in UNMEASURED.items() if name in names) or "''"
 
     missing = " OR ".join(
-        f"({name} IS NULL AND backend NOT IN ({unmeasured_by(name)}))" for name in COSTS
+        f"({name} IS NULL AND backend NOT IN ({unmeasured_by(name)}))"
+        for name in COSTS
+        if name != "ready_s"
     )
+    missing += " OR (ready_s IS NULL AND calls > 0)"  # agent ready: at its first model call
     assert _count(con, "SELECT count(*) FROM rollout_costs") == verified > 0
     assert _count(con, f"SELECT count(*) FROM rollout_costs WHERE {missing}") == 0
     broken = """SELECT count(*) FROM rollout_costs WHERE agent_s + verifier_s + prepare_s > wall_s
         OR agent_cpu_s <= 0 OR agent_peak_mib <= 0 OR model_s > agent_s + 1
-        OR (calls > 0 AND tokens_out = 0) OR reward_to_episode_s < 0"""
+        OR (calls > 0 AND tokens_out = 0) OR reward_to_episode_s < 0
+        OR ready_s < prepare_s OR ready_s > wall_s"""
     assert _count(con, broken) == 0
     # The train rollouts each update consumed, reached from their reward.
     assert _count(con, "SELECT count(*) FROM rollout_costs WHERE step IS NOT NULL") > 0
