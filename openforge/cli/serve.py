@@ -13,11 +13,13 @@ import json
 import signal
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from openforge.cli.options import options_command
 from openforge.cli.paths import absolute_location
 from openforge.cli.pipeline import ON_MISSING_REWARD, REWARD_REQUIRED, REWARD_WEIGHTS
 from openforge.traffic.harness_users import HARNESS_USERS
@@ -29,65 +31,68 @@ if TYPE_CHECKING:
     from openforge.serve.apart import ApartConfig
 
 
-def serve(
+@dataclass(frozen=True)
+class ServeOptions:
+    """``openforge serve``'s options: one field per option."""
+
     log: Annotated[
         str,
         typer.Option(
             help="Event log: kafka://HOST:PORT[?partitions=N] (or local:DIR on one machine).",
             parser=absolute_location,
         ),
-    ],
-    vllm: Annotated[str, typer.Option(help="vLLM base URL (LoRA enabled), e.g. http://H:P.")],
+    ]
+    vllm: Annotated[str, typer.Option(help="vLLM base URL (LoRA enabled), e.g. http://H:P.")]
     model: Annotated[
         Path, typer.Option(help="The model vLLM serves (the trainer's start).", resolve_path=True)
-    ],
+    ]
     out: Annotated[
         Path,
         typer.Option(help="Credentials, logs, spool, checkpoints, archive.", resolve_path=True),
-    ] = Path("runs/serve"),
-    host: Annotated[str, typer.Option(help="Address the proxy binds.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="Port the proxy binds.")] = 8100,
+    ] = Path("runs/serve")
+    host: Annotated[str, typer.Option(help="Address the proxy binds.")] = "127.0.0.1"
+    port: Annotated[int, typer.Option(help="Port the proxy binds.")] = 8100
     session_idle: Annotated[
         float, typer.Option(help="Seconds without a call after which a session's rollout ends.")
-    ] = 1800.0,
+    ] = 1800.0
     lateness: Annotated[
         float, typer.Option(help="Seconds a finished session waits for its required rewards.")
-    ] = 3600.0,
-    reward_weight: REWARD_WEIGHTS = None,
-    reward_required: REWARD_REQUIRED = None,
-    on_missing_reward: ON_MISSING_REWARD = "dead_letter",
-    lr: Annotated[float, typer.Option(help="The trainer's learning rate.")] = 1e-3,
+    ] = 3600.0
+    reward_weight: REWARD_WEIGHTS = None
+    reward_required: REWARD_REQUIRED = None
+    on_missing_reward: ON_MISSING_REWARD = "dead_letter"
+    lr: Annotated[float, typer.Option(help="The trainer's learning rate.")] = 1e-3
     episodes_per_update: Annotated[
         int, typer.Option(help="Episodes (sessions) each update waits for.")
-    ] = 4,
+    ] = 4
     max_staleness: Annotated[
         int, typer.Option(help="Drop an episode more policy versions behind than this.")
-    ] = 8,
+    ] = 8
     trainer_backend: Annotated[
         BackendName,
         typer.Option(help=f"{one_of(BackendName)} (cpu: the reference, one process; verl: FSDP)."),
-    ] = BackendName.CPU,
+    ] = BackendName.CPU
     trainer_ranks: Annotated[
         int, typer.Option(help="Trainer processes under torchrun, one per GPU (verl only).")
-    ] = 1,
+    ] = 1
     pipeline_workers: Annotated[
         int,
         typer.Option(help="Pipeline jobs, each on its share of the partitions (needs as many)."),
-    ] = 1,
+    ] = 1
     judge: Annotated[
         bool,
         typer.Option(
             help="Score each finished session with a rubric through a model (called directly, "
             "never recorded): a reward named 'judge' to weight or require."
         ),
-    ] = False,
+    ] = False
     judge_model: Annotated[
         str | None,
         typer.Option(help="The judge's model (default: the first its server lists: the base)."),
-    ] = None,
+    ] = None
     judge_url: Annotated[
         str | None, typer.Option(help="The judge's model server (default: --vllm).")
-    ] = None,
+    ] = None
     promotion_prompts: Annotated[
         Path | None,
         typer.Option(
@@ -95,31 +100,48 @@ def serve(
             "judge scores its answers no worse than the served policy's (within the allowance).",
             resolve_path=True,
         ),
-    ] = None,
+    ] = None
     promotion_max_regression: Annotated[
         float, typer.Option(help="How much worse (0-1 scale) a promoted policy may score.")
-    ] = 0.0,
-) -> None:
+    ] = 0.0
+
+
+@options_command(ServeOptions)
+def serve(opts: ServeOptions) -> None:
     """Serve live traffic and train on it: proxy, pipeline and trainer as three processes."""
     from openforge.serve.apart import ApartConfig, Service, ServicesApart
 
     config = ApartConfig(
-        log, vllm, model, out, host=host, port=port, session_idle_s=session_idle,
-        lateness_s=lateness, reward_weights=tuple(reward_weight or ("feedback=1",)),
-        reward_required=tuple(reward_required or ()), on_missing_reward=on_missing_reward, lr=lr,
-        episodes_per_update=episodes_per_update, max_staleness=max_staleness,
-        trainer_backend=trainer_backend, trainer_ranks=trainer_ranks,
-        pipeline_workers=pipeline_workers, judge=judge, judge_model=judge_model,
-        judge_url=judge_url,
-        promotion_prompts=promotion_prompts, promotion_max_regression=promotion_max_regression,
-    )  # fmt: skip
+        opts.log,
+        opts.vllm,
+        opts.model,
+        opts.out,
+        host=opts.host,
+        port=opts.port,
+        session_idle_s=opts.session_idle,
+        lateness_s=opts.lateness,
+        reward_weights=tuple(opts.reward_weight or ("feedback=1",)),
+        reward_required=tuple(opts.reward_required or ()),
+        on_missing_reward=opts.on_missing_reward,
+        lr=opts.lr,
+        episodes_per_update=opts.episodes_per_update,
+        max_staleness=opts.max_staleness,
+        trainer_backend=opts.trainer_backend,
+        trainer_ranks=opts.trainer_ranks,
+        pipeline_workers=opts.pipeline_workers,
+        judge=opts.judge,
+        judge_model=opts.judge_model,
+        judge_url=opts.judge_url,
+        promotion_prompts=opts.promotion_prompts,
+        promotion_max_regression=opts.promotion_max_regression,
+    )
     # SIGTERM stops like Ctrl-C; SIGINT too where a shell started this in the background.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     signal.signal(signal.SIGINT, signal.default_int_handler)
     with ServicesApart(config) as services:
         for service in (Service.PROXY, Service.TRAINER, Service.PIPELINE):
             services.start(service)
-        _say_where(config, out)
+        _say_where(config, opts.out)
         try:
             while True:
                 for service in services.exited():
@@ -138,66 +160,83 @@ def _say_where(config: ApartConfig, out: Path) -> None:
     typer.echo(f"  admin token: {out}/admin-token; logs: {out}/logs; trainer: {out}/trainer")
 
 
-def traffic(
-    proxy: Annotated[str, typer.Option(help="The proxy's base URL, e.g. http://127.0.0.1:8100.")],
-    users: Annotated[int, typer.Option(help="Concurrent simulated users.")] = 4,
+@dataclass(frozen=True)
+class TrafficOptions:
+    """The options of ``traffic``."""
+
+    proxy: Annotated[str, typer.Option(help="The proxy's base URL, e.g. http://127.0.0.1:8100.")]
+    users: Annotated[int, typer.Option(help="Concurrent simulated users.")] = 4
     sessions: Annotated[
         int, typer.Option(help="Sessions in all (at most, with --until-version).")
-    ] = 12,
+    ] = 12
     until_version: Annotated[
         int | None,
         typer.Option(
             help="Go on until the proxy stamps this policy version (a trainer behind it)."
         ),
-    ] = None,
-    turns: Annotated[int, typer.Option(help="Calls per session.")] = 2,
+    ] = None
+    turns: Annotated[int, typer.Option(help="Calls per session.")] = 2
     feedback_fraction: Annotated[
         float, typer.Option(help="Share of sessions that get feedback (the rest: never).")
-    ] = 0.75,
+    ] = 0.75
     feedback_delay: Annotated[
         float, typer.Option(help="Feedback comes up to this many seconds after a session.")
-    ] = 5.0,
-    max_tokens: Annotated[int, typer.Option(help="Generation budget of each call.")] = 16,
+    ] = 5.0
+    max_tokens: Annotated[int, typer.Option(help="Generation budget of each call.")] = 16
     feedback_token: Annotated[
         str | None, typer.Option(envvar="OPENFORGE_FEEDBACK_TOKEN", help="Feedback credential.")
-    ] = None,
+    ] = None
     feedback_token_file: Annotated[
         Path | None,
         typer.Option(help="Read the feedback credential from this file.", resolve_path=True),
-    ] = None,
-    seed: Annotated[int, typer.Option(help="Seed of the sessions' plans.")] = 0,
+    ] = None
+    seed: Annotated[int, typer.Option(help="Seed of the sessions' plans.")] = 0
     harness: Annotated[
         list[str] | None,
         typer.Option(
             help="A real harness that plays sessions too, in turn with the dialects: "
             f"{one_of(HARNESS_USERS)} (repeatable; installed by scripts/setup harnesses)."
         ),
-    ] = None,
-) -> None:
+    ] = None
+
+
+@options_command(TrafficOptions)
+def traffic(opts: TrafficOptions) -> None:
     """Simulated users: multi-turn sessions in all three dialects (and real harnesses, with
     --harness) through a proxy in open mode, with feedback late for some sessions and never for
     others; prints the counts."""
     from infra.proxy_client import ProxyAdmin
     from openforge.traffic.simulate import TrafficConfig, run
 
-    if feedback_token_file is not None:
-        feedback_token = feedback_token_file.read_text().strip()
+    feedback_token = opts.feedback_token
+    if opts.feedback_token_file is not None:
+        feedback_token = opts.feedback_token_file.read_text().strip()
     cfg = TrafficConfig(
-        proxy, users=users, sessions=sessions, turns=turns, feedback_fraction=feedback_fraction,
-        feedback_delay_s=(0.0, feedback_delay), max_tokens=max_tokens,
-        feedback_token=feedback_token, seed=seed, harnesses=tuple(harness or ()),
-    )  # fmt: skip
-    with contextlib.closing(ProxyAdmin(proxy.rstrip("/"), timeout=10)) as admin:
-        keep_going = (lambda: True) if until_version is None else _below(admin, until_version)
+        opts.proxy,
+        users=opts.users,
+        sessions=opts.sessions,
+        turns=opts.turns,
+        feedback_fraction=opts.feedback_fraction,
+        feedback_delay_s=(0.0, opts.feedback_delay),
+        max_tokens=opts.max_tokens,
+        feedback_token=feedback_token,
+        seed=opts.seed,
+        harnesses=tuple(opts.harness or ()),
+    )
+    with contextlib.closing(ProxyAdmin(opts.proxy.rstrip("/"), timeout=10)) as admin:
+        keep_going = (
+            (lambda: True) if opts.until_version is None else _below(admin, opts.until_version)
+        )
         counts = run(cfg, keep_going).counts()
         version = admin.policy_version()
     typer.echo(json.dumps({**counts, "policy_version": version}))
     played = counts["harness_sessions"] - counts["harness_sessions_failed"]
     if counts["calls_answered"] == 0 and played == 0:
         raise typer.Exit(1)  # nothing succeeded
-    if until_version is not None and version < until_version:
+    if opts.until_version is not None and version < opts.until_version:
         typer.echo(
-            f"the policy version is {version}, not {until_version}, after {sessions} sessions",
+            f"the policy version is {version}, not {opts.until_version}, after "
+            f"{opts.sessions} sessions",
             err=True,
         )
         raise typer.Exit(1)
