@@ -31,6 +31,7 @@ from infra.sandbox import ProxyEndpoint
 from infra.tiny_model import TinyModelSpec, build_tiny_model
 from pipeline.rewards import RewardPolicy
 from schemas.errors import ServiceError
+from schemas.faults import FaultPlan
 
 SERVED_MODEL = "tiny"
 SANDBOX_PROXY_PORT = 8100  # where the proxy appears inside every sandbox
@@ -58,12 +59,14 @@ class ProxyOptions:
         workers: worker processes; more than one: each rollout's harness calls its own worker.
         host: the address it listens on (and its admin API is reached at): loopback, or an
             address of this machine that a cluster's pods reach.
+        faults: the faults it injects into calls on purpose (None: none).
     """
 
     max_model_len: int | None = None
     max_tokens_cap: int | None = None
     workers: int = 1
     host: str = "127.0.0.1"
+    faults: FaultPlan | None = None
 
 
 @dataclass(frozen=True)
@@ -145,10 +148,22 @@ def proxy_argv(
         argv += ["--max-tokens-cap", str(options.max_tokens_cap)]
     if options.workers != 1:
         argv += ["--workers", str(options.workers)]
+    argv += fault_args(options.faults)
     argv += extra_args
     if unix_socket is not None:
         argv += ["--uds", str(unix_socket)]
     return argv
+
+
+def fault_args(plan: FaultPlan | None) -> list[str]:
+    """``openforge proxy``'s options for ``plan`` (none for no plan)."""
+    if plan is None or not plan.active:
+        return []
+    return [
+        *(a for kind, rate in plan.rates.items() for a in ("--fault", f"{kind}={rate!r}")),
+        "--fault-seed", str(plan.seed), "--fault-retry-after", str(plan.retry_after_s),
+        "--fault-cut-after", str(plan.cut_after_chunks), "--fault-delay", str(plan.delay_s),
+    ]  # fmt: skip
 
 
 @contextmanager
@@ -274,9 +289,10 @@ def local_stack(
     model_dir: Path | None = None,
     max_tokens_cap: int | None = LOCAL_MAX_TOKENS,
     say: Callable[[str], None] = print,
+    faults: FaultPlan | None = None,
 ) -> Iterator[Stack]:
     """vLLM (when ``needs_model``) serving ``model_dir`` (default: the tiny model) as
-    ``SERVED_MODEL``, and a proxy writing to ``local:OUT/log``."""
+    ``SERVED_MODEL``, and a proxy writing to ``local:OUT/log`` (injecting ``faults``)."""
     model = model_dir or tiny_model(context)
     spec = StackSpec(
         out=out,
@@ -284,7 +300,7 @@ def local_stack(
         model=SERVED_MODEL,
         tokenizer=model,
         vllm=ModelServer(model, SERVED_MODEL, context) if needs_model else None,
-        proxy=ProxyOptions(max_model_len=context, max_tokens_cap=max_tokens_cap),
+        proxy=ProxyOptions(max_model_len=context, max_tokens_cap=max_tokens_cap, faults=faults),
         ready_timeout=120,
     )
     with serve(spec, say) as stack:

@@ -17,14 +17,17 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
+from proxy import faults
 from proxy.attribution import attribute, read_body
 from proxy.dialects.base import Dialect, StreamEncoder, error_response
 from proxy.errors import ProxyError
+from proxy.faults import StreamCut
 from proxy.generation import Delta, GenerationStream
 from proxy.lifecycle import CallLifecycle
 from proxy.recording import now_us
 from proxy.state import ProxyState
 from proxy.toolparse import TextDelta
+from schemas.faults import FaultKind
 
 SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
 
@@ -60,6 +63,8 @@ class CallStream(StreamingResponse):
                     async for chunk in self._body:
                         await send({"type": "http.response.body", "body": chunk, "more_body": True})
                     await send({"type": "http.response.body", "body": b"", "more_body": False})
+                except StreamCut:
+                    pass  # an injected fault: the server closes the connection mid-stream
                 finally:
                     await self._body.aclose()
         except asyncio.CancelledError:
@@ -77,16 +82,24 @@ def _encode(encoder: StreamEncoder, delta: Delta) -> bytes:
 
 
 async def _sse(
-    lifecycle: CallLifecycle, generation: GenerationStream, first: list[Delta]
+    lifecycle: CallLifecycle,
+    generation: GenerationStream,
+    first: list[Delta],
+    cut_after: int | None = None,
 ) -> AsyncGenerator[bytes, None]:
     """The answer as SSE; an upstream error after the headers becomes an in-band error event,
-    and so does a record that is not durable in time (the stream never ends as if complete)."""
+    and so does a record that is not durable in time (the stream never ends as if complete).
+    With ``cut_after``, the stream is cut after that many chunks (an injected fault)."""
     dialect, req = lifecycle.dialect, lifecycle.req
     encoder = dialect.stream(req, lifecycle.meta, generation.gen.prompt_tokens)
     try:
         yield encoder.start() + b"".join(_encode(encoder, delta) for delta in first)
+        sent = 1
         async for deltas in generation.rest():  # one write per upstream chunk, not per delta
+            if cut_after is not None and sent >= cut_after:
+                raise await faults.cut(lifecycle, sent)
             yield b"".join(_encode(encoder, delta) for delta in deltas)
+            sent += 1
         last = encoder.finish(generation.gen)
         lifecycle.complete()
     except ProxyError as exc:
@@ -116,10 +129,13 @@ async def handle(state: ProxyState, request: Request, dialect: Dialect) -> Respo
         async with contextlib.AsyncExitStack() as stack:
             await stack.enter_async_context(lifecycle)
             generation = await lifecycle.begin()
+            fault = await faults.draw(state, lifecycle) if state.config.faults else None
             first = await generation.first()  # upstream errors surface here, before any byte
             lifecycle.answered(200)
             if req.stream:
-                return CallStream(_sse(lifecycle, generation, first), stack.pop_all())
+                cut_after = _cut_after(state) if fault is FaultKind.STREAM_CUT else None
+                sse = _sse(lifecycle, generation, first, cut_after)
+                return CallStream(sse, stack.pop_all())
             async for _ in generation.rest():
                 pass
             answer = dialect.respond(generation.gen, req, lifecycle.meta)
@@ -127,3 +143,8 @@ async def handle(state: ProxyState, request: Request, dialect: Dialect) -> Respo
             return JSONResponse(answer)
     except ProxyError as exc:
         return error_response(exc, dialect)
+
+
+def _cut_after(state: ProxyState) -> int:
+    assert state.config.faults is not None
+    return max(1, state.config.faults.cut_after_chunks)

@@ -11,6 +11,7 @@ from proxy.chat_template import TemplateEngine
 from proxy.redaction import RedactionMode, RedactionPattern, build_patterns, read_pattern_file
 from proxy.render import RenderMode
 from schemas.errors import ConfigError
+from schemas.faults import FaultPlan
 from schemas.registry import choose
 
 
@@ -107,6 +108,7 @@ class ProxyConfig:
             calls) or ``jinja2`` (the tokenizer's own, always; see :mod:`proxy.chat_template`).
         finished_rollouts: how many finished rollouts are remembered (oldest forgotten first),
             so a late reward is still attributed and a late call gets a clear 410.
+        faults: the faults injected into calls on purpose (``schemas.faults``; None: none).
     """
 
     upstream_url: str
@@ -148,6 +150,7 @@ class ProxyConfig:
     pause_retry_after: int = 1
     pause_timeout: float = 300.0
     finished_rollouts: int = 10_000
+    faults: FaultPlan | None = None
     render_mode: RenderMode = RenderMode.AUTO
     template_engine: TemplateEngine = TemplateEngine.AUTO
     log_fsync: bool = True

@@ -27,6 +27,7 @@ from schemas.codec import RolloutRecord
 from schemas.completion import CompletionEvent, PolicySpan, SamplingParams, Timings, Usage
 from schemas.delta import HISTORY_KEYS, HistoryDelta, PromptDelta, Scrub, dump_json
 from schemas.enums import CompletionStatus, Dialect, RolloutPhase
+from schemas.faults import FaultKind
 from schemas.reward import RewardEvent
 from schemas.rollout import RolloutEvent
 
@@ -57,6 +58,7 @@ class CallContext:
     status: CompletionStatus = CompletionStatus.OK
     error: str | None = None
     response_body: dict[str, Any] | None = None
+    fault: FaultKind | None = None  # injected into this call on purpose (schemas.faults)
 
 
 def own_secrets(rollout: Rollout | FinishedRollout | None) -> tuple[str, ...]:
@@ -210,6 +212,7 @@ def _completion(
         response_body=response,
         redacted=redacted,
         image_ids=image_ids(ctx.req.messages) if ctx.plan.engine else [],
+        fault=None if ctx.fault is None else ctx.fault.value,
     )
 
 

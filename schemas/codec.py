@@ -69,7 +69,7 @@ REGISTRY: dict[str, RecordType] = {
     t.name: t
     for t in (
         RecordType(
-            "completion", 1, CompletionEvent, COMPLETION_SCHEMA, 2, lambda r: r.timings.received_us
+            "completion", 1, CompletionEvent, COMPLETION_SCHEMA, 3, lambda r: r.timings.received_us
         ),
         RecordType("rollout", 2, RolloutEvent, ROLLOUT_SCHEMA, 4, lambda r: r.at_us),
         RecordType("reward", 3, RewardEvent, REWARD_SCHEMA, 2, lambda r: r.at_us),

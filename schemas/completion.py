@@ -8,6 +8,9 @@ history list is stored the same way. ``schemas.delta`` builds and resolves both 
 v2 adds ``image_ids``: the content hash (SHA-256 of the bytes) of each image in the prompt, in
 order; the bytes are stored once beside the event log (:mod:`infra.image_store`), and a
 recorded body names them by ``openforge-image:sha256:HEX`` in place of the data.
+
+v3 adds ``fault``: the fault the proxy injected into the call on purpose (``schemas.faults``;
+None: none), so an injected fault is told apart from an upstream failure and the agent's error.
 """
 
 from __future__ import annotations
@@ -101,7 +104,8 @@ class CompletionEvent:
     response_body: str | None = None  # JSON as returned to the harness (streams: assembled)
     redacted: bool = False  # bodies left out, or secrets redacted in its text (never token ids)
     image_ids: list[str] = field(default_factory=list)  # SHA-256 of each image in the prompt
-    schema_version: int = 2
+    fault: str | None = None  # v3: the fault injected into this call (schemas.faults.FaultKind)
+    schema_version: int = 3
 
     SCHEMA_NAME = "completion"
 
@@ -175,5 +179,6 @@ COMPLETION_SCHEMA = pa.schema(
         pa.field("response_body", pa.large_string()),
         pa.field("redacted", pa.bool_(), nullable=False),
         pa.field("image_ids", pa.list_(pa.string()), nullable=False),  # v2
+        pa.field("fault", pa.string()),  # v3
     ]
 )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,6 +16,8 @@ from proxy.chat_template import TemplateEngine
 from proxy.config import PauseMode, ProxyConfig, UpstreamKind
 from proxy.redaction import RedactionMode
 from proxy.render import RenderMode
+from schemas.faults import FaultKind, FaultPlan
+from schemas.registry import one_of
 
 
 @dataclass(frozen=True)
@@ -178,6 +181,25 @@ class ProxyOptions:
             "(default: --host, or this machine's name for 0.0.0.0), e.g. a Service name."
         ),
     ] = None
+    fault: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="Inject a fault into calls on purpose, KIND=RATE (repeatable), KIND one of "
+            f"{one_of(FaultKind)}; each call it hits records it.",
+        ),
+    ] = None
+    fault_seed: Annotated[
+        int, typer.Option(help="With --fault: the seed that, with the rollout and call, decides.")
+    ] = 0
+    fault_retry_after: Annotated[
+        int, typer.Option(help="With --fault: the Retry-After of an injected 429 or 503.")
+    ] = 1
+    fault_cut_after: Annotated[
+        int, typer.Option(help="With --fault stream_cut=R: chunks sent before the cut.")
+    ] = 2
+    fault_delay: Annotated[
+        float, typer.Option(help="With --fault slow_first_byte=R: seconds before the first byte.")
+    ] = 3.0
 
 
 @options_command(ProxyOptions)
@@ -213,6 +235,7 @@ def proxy(opts: ProxyOptions) -> None:
         redact_patterns=list(opts.redact or []),
         redact_file=opts.redact_file,
         redact_defaults=opts.redact_defaults,
+        faults=_faults(opts),
     )
     # The publisher encodes events in a worker thread; a short GIL switch interval keeps that
     # from holding up the event loop (the default 5 ms shows up in p99 latency).
@@ -264,3 +287,16 @@ def _serve(
             uds,
             announce=f"openforge proxy ({workers} workers)",
         )
+
+
+def _faults(opts: ProxyOptions) -> FaultPlan | None:
+    """The fault plan of ``--fault`` and its settings (None: no fault)."""
+    if not opts.fault:
+        return None
+    plan = FaultPlan.parse(opts.fault, opts.fault_seed)
+    return dataclasses.replace(
+        plan,
+        retry_after_s=opts.fault_retry_after,
+        cut_after_chunks=opts.fault_cut_after,
+        delay_s=opts.fault_delay,
+    )

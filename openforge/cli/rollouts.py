@@ -14,6 +14,8 @@ from infra.harnesses import HARNESSES
 from openforge.cli.options import options_command
 from orchestrator.backend import RolloutBackendName
 from orchestrator.environments import SandboxMode
+from schemas.errors import ConfigError
+from schemas.faults import FaultKind, FaultPlan
 from schemas.registry import one_of
 
 if TYPE_CHECKING:
@@ -151,6 +153,17 @@ class RunOptions:
             "the task's); below 1, rollouts share a node's cores."
         ),
     ] = 1.0
+    fault: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="Inject a fault into the harness's model calls, KIND=RATE (repeatable), KIND "
+            f"one of {one_of(FaultKind)}: the run's proxy answers as a failing model server "
+            "would and records each fault (docs/rollouts.md)."
+        ),
+    ] = None
+    fault_seed: Annotated[
+        int, typer.Option(help="With --fault: the seed that, with the rollout and call, decides.")
+    ] = 0
 
 
 @app.command("run")
@@ -185,7 +198,13 @@ def run(opts: RunOptions) -> None:
         console, chosen, dataset, opts.n, opts.out, opts.backend, section, opts.kube_proxy_url
     )
     settings = OrchestratorConfig(concurrency=opts.concurrency, max_attempts=opts.max_attempts)
+    faults = FaultPlan.parse(opts.fault, opts.fault_seed) if opts.fault else None
     if opts.proxy is not None:
+        if faults is not None:
+            raise ConfigError(
+                "--fault is injected by the run's own proxy: leave out --proxy, or start your "
+                "proxy with `openforge proxy --fault KIND=RATE`"
+            )
         # Sandboxes reach it through its socket; pods over the network (--kube-proxy-url).
         socket = (
             None
@@ -204,6 +223,7 @@ def run(opts: RunOptions) -> None:
         context=LONG_CONTEXT if long else SHORT_CONTEXT,
         model_dir=opts.model,
         say=console.print,
+        faults=faults,
     ) as stack:
         run_proxy = RunProxy(stack.admin.url, stack.endpoint)
         job.run_all(run_proxy, stack.admin, settings, stack.model)

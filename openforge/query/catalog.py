@@ -18,6 +18,7 @@ from openforge.query.view import STEP_RECORDS as _STEPS
 from openforge.query.view import View
 from openforge.query.view import unique as _unique
 from schemas.enums import CompletionStatus, ContinuityClass, Dialect
+from schemas.faults import FaultKind
 from schemas.registry import one_of
 
 _COMPLETIONS = _unique("raw.completion", "event_id")
@@ -52,7 +53,7 @@ COMPLETIONS = View(
         finish_reason, usage.prompt_tokens AS usage_prompt_tokens,
         usage.completion_tokens AS usage_completion_tokens,
         usage.cached_tokens AS usage_cached_tokens, error, redacted,
-        coalesce(image_ids, []) AS image_ids, schema_version, date
+        coalesce(image_ids, []) AS image_ids, fault, schema_version, date
     FROM {_COMPLETIONS}
     """,
     (
@@ -109,6 +110,11 @@ COMPLETIONS = View(
         (
             "image_ids",
             "SHA-256 of each image in the prompt, in order (the bytes: the proxy's --image-dir)",
+        ),
+        (
+            "fault",
+            f"the fault the proxy injected into the call on purpose: {one_of(FaultKind)} (null: "
+            "none; its status then says how it ended)",
         ),
         ("schema_version", "the record's schema version"),
         ("date", "archive partition: the UTC date of received_us"),

@@ -21,6 +21,8 @@ from orchestrator.environments import SandboxMode
 from orchestrator.kube_pod import check_cpu_request
 from pipeline.rewards import MissingRewards, RewardPolicy
 from schemas.errors import ConfigError
+from schemas.faults import FaultKind, FaultPlan, fault_kind
+from schemas.registry import one_of
 from trainer.algorithm_names import AdvantageEstimator, PolicyLoss
 from trainer.backends import BackendName
 from trainer.stream import StalePolicy
@@ -224,6 +226,31 @@ class EvaluationSection:
 
 
 @dataclass
+class FaultsSection:
+    rates: dict[str, float] = _f(
+        {},
+        "probability per model call of each fault the proxy injects on purpose: "
+        f"{one_of(FaultKind)} (docs/rollouts.md; empty: none)",
+    )
+    seed: int = _f(0, "with the rollout and the call, decides which calls get a fault")
+    retry_after_s: int = _f(1, "the Retry-After of an injected 429 or 503")
+    cut_after_chunks: int = _f(2, "chunks of a stream_cut answer sent before the cut")
+    delay_s: float = _f(3.0, "seconds a slow_first_byte answer waits before its first byte")
+
+    def plan(self) -> FaultPlan | None:
+        """The fault plan (None: no fault); a bad kind or rate is a ConfigError."""
+        if not self.rates:
+            return None
+        return FaultPlan(
+            {fault_kind(k): v for k, v in self.rates.items()},
+            self.seed,
+            self.retry_after_s,
+            self.cut_after_chunks,
+            self.delay_s,
+        )
+
+
+@dataclass
 class RunSection:
     output_dir: str = _f(
         "runs/cpu-demo", "run directory (rerunning resumes from its checkpoint)", path=True
@@ -243,11 +270,13 @@ class TrainConfig:
     pipeline: PipelineSection = field(default_factory=PipelineSection)
     trainer: TrainerSection = field(default_factory=TrainerSection)
     evaluation: EvaluationSection = field(default_factory=EvaluationSection)
+    faults: FaultsSection = field(default_factory=FaultsSection)
     run: RunSection = field(default_factory=RunSection)
 
     def check(self) -> None:
         """Ranges that types cannot say."""
         self.pipeline.reward_policy()
+        self.faults.plan()
         ws = self.warm_start
         if min(ws.steps, ws.noisy_steps, ws.window, ws.window_steps, ws.noisy_lr) < 0:
             raise ConfigError(

@@ -104,6 +104,7 @@ def stack_spec(cfg: TrainConfig, root: Path, launch: Launch, host: str = "127.0.
             max_tokens_cap=cfg.proxy.max_tokens_cap,
             workers=cfg.proxy.workers,  # >1: each sandbox gets its worker's socket
             host=host,
+            faults=cfg.faults.plan(),
         ),
         proxy_args=(*cfg.proxy.extra_args, "--image-dir", str(launch.images)),
     )

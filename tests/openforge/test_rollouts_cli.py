@@ -56,6 +56,24 @@ def test_a_harness_named_twice_is_refused_before_anything_starts(tmp_path: Path)
     assert not (tmp_path / "services").exists()
 
 
+def test_a_bad_fault_or_a_fault_without_the_runs_own_proxy_is_refused_first(
+    tmp_path: Path,
+) -> None:
+    for args, said in (
+        (["--fault", "http_418=0.1"], "unknown fault 'http_418': one of http_500"),
+        (["--fault", "http_503=0.1", "--proxy", "http://127.0.0.1:9"], "leave out --proxy"),
+    ):
+        done = subprocess.run(
+            _cli("--tasks", "examples/tasks", "--out", str(tmp_path), *args),
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=ROOT,
+        )
+        assert done.returncode == 1 and said in " ".join(done.stderr.split()), done.stderr
+        assert not (tmp_path / "services").exists()  # nothing was started
+
+
 def test_sigterm_cancels_cleanly(tmp_path: Path) -> None:
     task = tmp_path / "slow"
     (task / "tests").mkdir(parents=True)

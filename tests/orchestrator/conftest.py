@@ -30,6 +30,7 @@ from orchestrator.registry import RolloutBackendConfig, build_backend
 from orchestrator.run import Orchestrator, OrchestratorConfig
 from orchestrator.rundir import RolloutOutcome, RunDir
 from schemas.enums import Dialect
+from schemas.faults import FaultPlan
 
 # The task fixtures' own verifier tests (run inside sandboxes), not tests of this suite.
 collect_ignore_glob = ["data/*"]
@@ -59,13 +60,14 @@ def job(
     max_attempts: int = 1,
     local: LocalConfig | None = None,
     max_model_len: int = 4096,
+    faults: FaultPlan | None = None,
 ) -> Iterator[Job]:
     """A proxy on ``upstream`` and an orchestrator of ``harness`` on the local backend (built
     from its config section ``local``, as the command line builds it); without an upstream the
-    proxy checks prompts against ``max_model_len``."""
-    kw: dict[str, Any] = {}
+    proxy checks prompts against ``max_model_len``; the proxy injects ``faults``."""
+    kw: dict[str, Any] = {"faults": faults}
     if upstream == NO_UPSTREAM:
-        kw = {"max_model_len": max_model_len, "upstream_model": "tiny"}
+        kw |= {"max_model_len": max_model_len, "upstream_model": "tiny"}
     config = proxy_config(upstream, tmp / "proxy", tokenizer=tiny_model_dir, **kw)
     with running_proxy(config, unix_socket=tmp / "proxy" / "proxy.sock") as proxy:
         assert proxy.unix_socket is not None

@@ -11,9 +11,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from openforge.stack import fault_args
 from openforge.train.config import TrainConfig
 from openforge.train.config_io import build_config, describe, load_config
 from schemas.errors import ConfigError
+from schemas.faults import FaultKind
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -93,6 +95,8 @@ def test_every_field_has_a_default_and_a_description() -> None:
             "is for the browser harnesses",
         ),
         ({"model": {"base": "tiny-vlm"}}, "set warm_start.recipe = 'none'"),
+        ({"faults": {"rates": {"http_418": 0.1}}}, "unknown fault 'http_418': one of http_500"),
+        ({"faults": {"rates": {"http_503": 0.7, "stream_cut": 0.5}}}, "add up to 1.2"),
         (
             {
                 "harness": {"name": "browser", "observation": "screenshot"},
@@ -231,3 +235,14 @@ def test_the_curve_is_titled_by_the_task_set_name_not_its_path(dataset: str, nam
     from openforge.train.report import dataset_name
 
     assert dataset_name(dataset) == name
+
+
+def test_a_faults_section_is_the_proxys_fault_plan() -> None:
+    cfg = build_config({}, ["faults.rates={http_503 = 0.1, stream_cut = 0.05}", "faults.seed=4"])
+    plan = cfg.faults.plan()
+    assert plan is not None and plan.seed == 4
+    assert plan.rates == {FaultKind.HTTP_503: 0.1, FaultKind.STREAM_CUT: 0.05}
+    assert TrainConfig().faults.plan() is None  # by default, no fault
+    args = fault_args(plan)  # as the run's proxy is started with it
+    assert args[:4] == ["--fault", "http_503=0.1", "--fault", "stream_cut=0.05"]
+    assert args[args.index("--fault-seed") + 1] == "4"
