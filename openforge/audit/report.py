@@ -16,6 +16,7 @@ import duckdb
 from infra.image_store import ImageNotFound, ImageStore
 from openforge.audit import charts
 from openforge.audit.cost_queries import COST_QUERIES, PHASES
+from openforge.audit.fault_queries import FAULT_OUTCOMES, FAULT_QUERIES
 from openforge.audit.queries import Result, last_step, run_all
 from openforge.audit.recovery import OUTCOMES, RECOVERY, recovery
 from openforge.audit.utilisation import bounded_by, lanes, utilisation
@@ -71,6 +72,22 @@ def _failures(unrewarded: Result, dead: Result) -> charts.Chart:
         "Rollouts without a reward and dead letters",
         labels,
         [counts[k] for k in labels],
+    )
+
+
+def _fault_section(table: Result) -> Section:
+    """Each injected fault kind by harness: retried away by the harness, or not."""
+    rows = {
+        f"{h} {k}": {o: float(n) for o, n in zip(FAULT_OUTCOMES, counts, strict=True)}
+        for h, k, *counts in zip(
+            *(table.column(c) for c in ("harness", "kind", *FAULT_OUTCOMES)), strict=True
+        )
+    }
+    return Section(
+        "Injected faults",
+        table.query.doc + " (docs/rollouts.md, Injected faults).",
+        charts.stacked("injected_faults", table.query.title, rows, FAULT_OUTCOMES),
+        (table,),
     )
 
 
@@ -287,6 +304,7 @@ def sections(
     return (
         *_reward_sections(results),
         _recovery_section(results["error_recovery"]),
+        _fault_section(results["injected_faults"]),
         *_call_sections(results),
         _screenshot_section(results["screenshots"], rollout, images),
         _promotion_section(results["promotions"]),
@@ -297,7 +315,7 @@ def sections(
 
 CHART_NAMES: Sequence[str] = (
     "reward_per_step", "reward_by_task", "reward_by_harness", "reward_by_policy_version",
-    "error_recovery",
+    "error_recovery", "injected_faults",
     "continuity_by_harness", "fork_classes_by_harness", "staleness", "is_weights",
     "latency_by_dialect", "tool_calls", "actions_per_rollout", "screenshots", "promotions",
     "failures",
@@ -322,7 +340,7 @@ def _counts(con: duckdb.DuckDBPyConnection) -> dict[str, int]:
 
 def results(con: duckdb.DuckDBPyConnection, step: int | None) -> dict[str, Result]:
     """Every result the report's sections draw, by name (``step``: the lineage shown)."""
-    out = run_all(con, step, COST_QUERIES)
+    out = run_all(con, step, (*COST_QUERIES, *FAULT_QUERIES))
     out[RECOVERY.name] = recovery(con)
     return out
 

@@ -38,6 +38,9 @@ def test_injected_503s_are_retried_by_the_harness_and_recorded_never_retried_as_
     assert faulted, "seed 11 at rate 0.5 hits some call"
     assert all(e.status is CompletionStatus.UPSTREAM_ERROR for e in faulted)
     assert all(e.fault is None for e in events if e.status is CompletionStatus.OK)
+    # The proxy saw each retry for what it is: the same call again (what the audit counts as
+    # a fault the harness absorbed).
+    assert {f.event_id for f in faulted} <= {e.retry_of for e in events if e.retry_of}
     # The harness saw each 503 and retried it (its own output says so).
     for record in records:
         hit = [e for e in faulted if e.rollout_id == record.rollout_id]
