@@ -198,7 +198,11 @@ class _Lead:
         self.stream.trained(episodes)
         failpoints.hit("trainer.before_update", state.step + 1)
         t0 = time.perf_counter()
-        metrics = self.backend.train_step(to_batch(episodes), self.cfg.algo)
+        if episodes:
+            metrics = self.backend.train_step(to_batch(episodes), self.cfg.algo)
+        else:  # a round whose groups had no signal: the weights stay, the version moves on
+            logger.warning("update %d has no trainable episode: skipped", state.step + 1)
+            metrics = {"update/skipped": 1.0}
         metrics["time/step_s"] = time.perf_counter() - t0
         metrics["time/wait_s"] = waited
         metrics["device/gpu"] = 1.0 if self.backend.device.startswith("cuda") else 0.0
@@ -298,9 +302,9 @@ def _batch_metrics(
 ) -> dict[str, float | int]:
     """Reward, staleness (against the ``version`` trained) and the stream's counts."""
     rewards = [float(e.reward or 0.0) for e in episodes]
-    lags = [policy_lag(e, version) for e in episodes]
+    lags = [policy_lag(e, version) for e in episodes] or [0]
     return {
-        "reward/mean": sum(rewards) / len(rewards),
+        "reward/mean": sum(rewards) / len(rewards) if rewards else float("nan"),
         "staleness/mean": sum(lags) / len(lags),
         "staleness/max": max(lags),
         "stream/duplicates": stats.duplicates,
@@ -312,6 +316,7 @@ def _batch_metrics(
         "stream/timed_out_alone": stats.timed_out_alone,
         "stream/lost_members": stats.lost_members,
         "stream/short_alone": stats.short_alone,
+        "stream/empty_groups": stats.empty_groups,
         "data/episodes": len(episodes),
     }
 

@@ -106,6 +106,7 @@ class StreamStats:
     timed_out_alone: int = 0  # episodes released alone by group_timeout_s, not trained on
     lost_members: int = 0  # dead letters, empty and stale episodes counted toward their group
     short_alone: int = 0  # episodes whose group's other members were all lost, not trained on
+    empty_groups: int = 0  # paced batches: groups with fewer than two trainable episodes
     by_reason: Counter[str] = field(default_factory=Counter)
 
 
@@ -287,6 +288,11 @@ class EpisodeStream:
             else:
                 self.stats.short_alone += len(group)
             self.trained(group)  # released: no longer holds back the committed position
+            if self.config.groups_per_batch is not None:
+                # One round's batch counts its groups: one without signal still ends its
+                # round, as an empty group (an update with nothing to train on, skipped).
+                self.stats.empty_groups += 1
+                self._ready.append([])
 
     def pending(self) -> int:
         return sum(len(g) for g in self._groups.values()) + sum(len(g) for g in self._ready)

@@ -77,3 +77,28 @@ def test_train_checkpoint_resume_consumes_each_episode_once(
     assert (out / "reward_curve.png").stat().st_size > 1000
     assert any((out / "tensorboard").iterdir())
     assert (out / "checkpoints" / "LATEST").read_text() == "step-00000006"
+
+
+def test_a_round_with_nothing_to_train_is_a_skipped_update_not_a_stall(
+    tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    """Paced by rounds, update 1's group had no trainable episode (both members lost): the
+    update is skipped (the weights stay, the step is counted and recorded), and update 2 trains
+    on the next round as usual."""
+    url = f"local:{tmp_path / 'log'}"
+    good = _episodes(4, tasks=1)
+    lost = [
+        Episode(f"lost{i}", f"rl{i}", [], None, 0, task_id="x", dead_letter="no call")
+        for i in range(2)
+    ]
+    with open_writer(url) as writer:
+        for e in [*lost, *good[:2]]:
+            writer.append(EPISODES_TOPIC, e.rollout_id.encode(), encode_message([e]))
+    out = tmp_path / "run"
+    stream = StreamConfig(group_size=2, groups_per_batch=1, group_timeout_s=3600)
+    summary = train(TrainerConfig(url, tiny_model_dir, out, steps=2, stream=stream, lr=1e-2))
+    assert summary["steps"] == 2
+    rows = list(csv.DictReader((out / "metrics.csv").read_text().splitlines()))
+    assert rows[0]["update/skipped"] == "1.0" and rows[0]["data/episodes"] == "0"
+    assert rows[1]["data/episodes"] == "2" and "actor/pg_loss" in rows[1]
+    assert sorted(_consumed(out)) == ["ep000", "ep001"]

@@ -175,3 +175,19 @@ def test_a_group_is_released_once_its_members_came_or_were_lost_in_any_order(
             assert batch is None
     assert stream.pending() == 0  # released: trained (two or more came) or counted alone
     assert stream.stats.lost_members == len(lost)
+
+
+def test_a_round_whose_group_has_no_signal_still_ends_as_an_empty_batch(tmp_path: Path) -> None:
+    """Paced by rounds (one group per batch), a group whose members were all lost (both
+    rollouts killed mid-call: dead letters), or all but one, still ends its round: the batch is
+    empty (the update is skipped) instead of never coming, which would stall the run's driver
+    waiting for that update."""
+    url = f"local:{tmp_path / 'log'}"
+    lost = [replace(_episode(i, "a", "ga"), dead_letter="no trainable call") for i in range(2)]
+    _write(url, [*lost, replace(_episode(2, "b", "gb"), dead_letter="no trainable call")])
+    _write(url, [_episode(3, "b", "gb")])  # group b: one trainable member, alone
+    config = StreamConfig(group_size=2, groups_per_batch=1, group_timeout_s=3600)
+    stream = EpisodeStream(EpisodeSource(url, "g"), config)
+    assert _drain(stream) == [[], []]  # two rounds, nothing to train in either
+    assert (stream.stats.empty_groups, stream.stats.short_alone) == (2, 1)
+    assert stream.pending() == 0

@@ -61,6 +61,9 @@ def compared() -> Path:
         "evaluation.every=2",
         "evaluation.samples_per_task=1",
         "evaluation.tasks=1",
+        # Short answers: on 2 busy cores a 512-token answer of the raw model can outlast the
+        # task's 60 s (OpenClaw's own start takes 10-40 s of it), leaving no whole call to train.
+        "proxy.max_tokens_cap=64",
         f"run.output_dir={OUT}",
     ]
     argv = [sys.executable, "-m", "openforge", "train", "examples/cpu-demo-openclaw.toml"]
