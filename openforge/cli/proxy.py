@@ -19,6 +19,19 @@ from proxy.render import RenderMode
 from schemas.faults import FaultKind, FaultPlan
 from schemas.registry import one_of
 
+# Injected faults (schemas.faults), shared with `openforge rollouts run`.
+FAULTS = Annotated[
+    list[str] | None,
+    typer.Option(
+        help="Inject a fault into the harness's model calls on purpose, KIND=RATE (repeatable), "
+        f"KIND one of {one_of(FaultKind)}: answered as a failing model server would, each "
+        "fault recorded with its call (docs/rollouts.md).",
+    ),
+]
+FAULT_SEED = Annotated[
+    int, typer.Option(help="With --fault: the seed that, with the rollout and call, decides.")
+]
+
 
 @dataclass(frozen=True)
 class ProxyOptions:
@@ -181,16 +194,8 @@ class ProxyOptions:
             "(default: --host, or this machine's name for 0.0.0.0), e.g. a Service name."
         ),
     ] = None
-    fault: Annotated[
-        list[str] | None,
-        typer.Option(
-            help="Inject a fault into calls on purpose, KIND=RATE (repeatable), KIND one of "
-            f"{one_of(FaultKind)}; each call it hits records it.",
-        ),
-    ] = None
-    fault_seed: Annotated[
-        int, typer.Option(help="With --fault: the seed that, with the rollout and call, decides.")
-    ] = 0
+    fault: FAULTS = None
+    fault_seed: FAULT_SEED = 0
     fault_retry_after: Annotated[
         int, typer.Option(help="With --fault: the Retry-After of an injected 429 or 503.")
     ] = 1

@@ -12,10 +12,11 @@ import typer
 
 from infra.harnesses import HARNESSES
 from openforge.cli.options import options_command
+from openforge.cli.proxy import FAULT_SEED, FAULTS
 from orchestrator.backend import RolloutBackendName
 from orchestrator.environments import SandboxMode
 from schemas.errors import ConfigError
-from schemas.faults import FaultKind, FaultPlan
+from schemas.faults import FaultPlan
 from schemas.registry import one_of
 
 if TYPE_CHECKING:
@@ -153,17 +154,8 @@ class RunOptions:
             "the task's); below 1, rollouts share a node's cores."
         ),
     ] = 1.0
-    fault: Annotated[
-        list[str] | None,
-        typer.Option(
-            help="Inject a fault into the harness's model calls, KIND=RATE (repeatable), KIND "
-            f"one of {one_of(FaultKind)}: the run's proxy answers as a failing model server "
-            "would and records each fault (docs/rollouts.md)."
-        ),
-    ] = None
-    fault_seed: Annotated[
-        int, typer.Option(help="With --fault: the seed that, with the rollout and call, decides.")
-    ] = 0
+    fault: FAULTS = None  # injected by the run's own proxy (refused with --proxy)
+    fault_seed: FAULT_SEED = 0
 
 
 @app.command("run")
