@@ -97,6 +97,7 @@ def _shape(record: Record, seed: int, task: str, group: str, harness: str) -> Re
         response_body=json.dumps(_answer(dialect, call_id)) if i % 2 == 0 else None,
         request_body=json.dumps(_result(dialect, previous, text)) if i % 2 == 1 else None,
         image_ids=[digest(shot) for shot in shots],
+        fault="slow_first_byte" if (seed, i) == (3, 1) else None,  # one injected fault
     )
 
 
