@@ -213,9 +213,10 @@ def check_audit(out: Path, tmp: Path) -> None:
     assert list(marks) == list(CHART_NAMES)
     empty = {name for name, n in marks.items() if n == 0}
     # A clean run of the raw tiny model: nothing failed, and it may fork or call a tool or not;
-    # the main job serves every update (no promotion gate: trainer/promotion.py, serve's option).
+    # the main job serves every update (no promotion gate: trainer/promotion.py, serve's option)
+    # and injects no fault (no [faults] section).
     quiet = {"fork_classes_by_harness", "failures", "tool_calls", "error_recovery", "promotions",
-             "screenshots"}  # fmt: skip
+             "screenshots", "injected_faults"}  # fmt: skip
     assert empty <= quiet, marks
     assert all(c["data-rendered-marks"] == c["data-marks"] for c in dom.charts), dom.charts
     assert dom.no_data == len(empty) and dom.external == []
