@@ -326,7 +326,16 @@ def _checkpoints(cfg: TrainerConfig) -> Path:
 
 
 def _export_dir(cfg: TrainerConfig, state: checkpoint.TrainerState) -> Path:
-    return cfg.out_dir / "export" / f"v{state.step}"
+    """Where the weights after step N are exported: ``export/vN``. A re-export (a run resumed
+    from an earlier checkpoint) goes beside it (``vN-r1``, ...), never over files vLLM may be
+    reading: an adapter half rewritten under a registered name brings its engine down. Only
+    the lead rank writes, so the other ranks' choice does not matter."""
+    base = cfg.out_dir / "export" / f"v{state.step}"
+    path, again = base, 0
+    while path.exists():
+        again += 1
+        path = base.with_name(f"{base.name}-r{again}")
+    return path
 
 
 def _follow(
@@ -343,7 +352,8 @@ def _follow(
             break
         if episodes is None:
             continue
-        backend.train_step(to_batch(episodes), cfg.algo)
+        if episodes:  # an empty batch is a skipped update, as on the lead
+            backend.train_step(to_batch(episodes), cfg.algo)
         state.step += 1
         due = schedule.after(state.step, state.policy_version)
         if due.sync:  # the lead's _sync_or_hold: the export, then the version it serves
