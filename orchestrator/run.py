@@ -298,13 +298,21 @@ class Orchestrator:
                     self.admin.finish_rollout(
                         rollout_id, RolloutPhase.FAILED, backend=self.backend.name
                     )
-        if finished and finished[0].too_long is not None:
-            raise ConfigError(too_long_message(self.harness.name, *finished[0].too_long))
-        if finished and finished[0].first_call_s is not None:  # the proxy's clock from here
-            meter.add("ready_s", registered_s + finished[0].first_call_s)
-        return self._score(
-            p, rollout_id, attempt, verified, start, finished[0].calls if finished else None, meter
-        )
+        calls = self._proxy_saw(finished[0] if finished else None, registered_s, meter)
+        return self._score(p, rollout_id, attempt, verified, start, calls, meter)
+
+    def _proxy_saw(
+        self, finished: Finished | None, registered_s: float, meter: CostMeter
+    ) -> int | None:
+        """What the proxy's finish answer says of the attempt: a context too short for the
+        harness stops the run; the time to its first call is its ``ready_s``; its call count."""
+        if finished is None:
+            return None
+        if finished.too_long is not None:
+            raise ConfigError(too_long_message(self.harness.name, *finished.too_long))
+        if finished.first_call_s is not None:  # the proxy's clock from registration on
+            meter.add("ready_s", registered_s + finished.first_call_s)
+        return finished.calls
 
     def _score(
         self,
