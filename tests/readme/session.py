@@ -10,11 +10,17 @@ import shutil
 import signal
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.readme.commands import Command
+import pytest
+
+from infra.paths import cache_dir
+from tests.readme.commands import Block, Command
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @dataclass(frozen=True)
@@ -125,6 +131,15 @@ class Session:
         self._capture(spec, output)
         return output
 
+    def run_block(self, block: Block, specs: Mapping[str, Spec], skip: str = "") -> None:
+        """Every command of ``block`` but ``skip`` in turn, then its services stopped."""
+        try:
+            for command in block.commands:
+                if command.text != skip:
+                    self.run(command, specs[command.text])
+        finally:
+            self.stop_services()
+
     def stop_services(self, background: bool = False) -> None:
         """Ctrl-C every service, the last started first: each must stop and exit 0. A service
         written with a trailing ``&`` runs on in the background, as in a shell, until the session
@@ -189,3 +204,25 @@ def copy_repository(root: Path, dest: Path) -> Path:
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(source, target)
     return dest
+
+
+@contextmanager
+def newcomer_session(
+    tmp_path_factory: pytest.TempPathFactory, name: str, set_up: bool
+) -> Iterator[Session]:
+    """A newcomer's session over a fresh copy of this checkout, named ``name``; with ``set_up``
+    the copy is first set up as the README's first command does (``scripts/setup``). Afterwards
+    the services left in the background are stopped and the shared environment points at this
+    checkout again (the copy's ``scripts/setup`` pointed its editable install at the copy)."""
+    base = tmp_path_factory.mktemp(name)
+    work = copy_repository(ROOT, base / "openforge")
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    env["MYPY_CACHE_DIR"] = str(cache_dir() / "mypy")  # a warm cache; the command is as written
+    session = Session(work, base / "logs", env)
+    try:
+        if set_up:
+            subprocess.run(["scripts/setup"], cwd=work, env=env, check=True)
+        yield session
+        session.stop_services(background=True)  # what ran on in the background must stop cleanly
+    finally:
+        subprocess.run([str(ROOT / "scripts" / "setup"), "project"], cwd=ROOT, check=True)
