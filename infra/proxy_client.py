@@ -63,8 +63,9 @@ class ProxyAdmin:
         self.token = token
         self.timeout = timeout
         # One client, shared by threads: kept-alive connections, one TLS context (building a
-        # fresh client per call costs tens of milliseconds).
-        self._client = httpx.Client(timeout=timeout)
+        # fresh client per call costs tens of milliseconds). Idle ones are dropped after 4 s, before
+        # a server with uvicorn's default 5 s could close one under a request.
+        self._client = httpx.Client(timeout=timeout, limits=httpx.Limits(keepalive_expiry=4.0))
 
     def close(self) -> None:
         self._client.close()

@@ -35,8 +35,17 @@ def listeners(host: str, port: int, unix_socket: Path | None = None) -> list[soc
     return out
 
 
+# How long an idle kept-alive connection stays open. Longer than any client keeps an idle one
+# (httpx: 5 s): at uvicorn's own 5 s a client could send on a connection in the very moment the
+# server closed it, and its call failed with "Server disconnected without sending a response"
+# (an orchestrator's registration did so in CI).
+KEEP_ALIVE_S = 65
+
+
 def server(app: object, **options: object) -> uvicorn.Server:
-    """A uvicorn server for ``app`` with our defaults (no access log, warnings only)."""
+    """A uvicorn server for ``app`` with our defaults (no access log, warnings only, idle
+    connections kept :data:`KEEP_ALIVE_S`)."""
+    options.setdefault("timeout_keep_alive", KEEP_ALIVE_S)
     config = uvicorn.Config(
         app,  # type: ignore[arg-type]
         log_level=str(options.pop("log_level", "warning")),

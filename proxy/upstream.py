@@ -23,7 +23,7 @@ import httpx
 import orjson
 
 from proxy.canonical import Message
-from proxy.chunk import Chunk, PooledClient, sampling_fields, upstream_error
+from proxy.chunk import KEEPALIVE_S, Chunk, PooledClient, sampling_fields, upstream_error
 from proxy.config import UpstreamKind
 from proxy.errors import ProxyError
 from proxy.upstream_chat import ChatEndpoint
@@ -84,7 +84,10 @@ class _HTTPUpstream(Upstream):
             base_url=self.base_url,
             timeout=httpx.Timeout(timeout, connect=10.0),
             headers=headers,
-            limits=httpx.Limits(max_connections=512, max_keepalive_connections=128),
+            # Idle connections closed before the engine's server closes them (uvicorn: 5 s).
+            limits=httpx.Limits(
+                max_connections=512, max_keepalive_connections=128, keepalive_expiry=KEEPALIVE_S
+            ),
         )
         self._pool = PooledClient(timeout, api_key, limit=256)  # the chat path: aiohttp
         self.chat = ChatEndpoint(base_url, self._pool)

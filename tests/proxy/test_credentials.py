@@ -5,7 +5,9 @@ sandboxes reach the proxy through."""
 from __future__ import annotations
 
 import json
+import socket
 import stat
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,7 +24,7 @@ from openforge.testing.proxy import (
     serve_in_thread,
 )
 from schemas.enums import RolloutPhase
-from schemas.rollout import RolloutEvent
+from schemas.rollout import RETRIED, RolloutEvent
 
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
 
@@ -99,8 +101,13 @@ def test_orchestrator_phases_are_recorded(proxy: RunningProxy) -> None:
     admin.finish_rollout(queued, exit_code=0)
     costs = {"agent_s": 1.5, "agent_cpu_s": 0.25, "wall_s": 2.0}
     admin.record_phase(queued, RolloutPhase.VERIFIED, message="reward.txt", costs=costs)
-    proxy.register(broken, task_id="t2")
-    admin.record_phase(broken, RolloutPhase.INFRA_FAILED, message="sandbox did not start")
+    proxy.register(broken, task_id="t2", metadata={"attempt": "1"})
+    admin.record_phase(
+        broken,
+        RolloutPhase.INFRA_FAILED,
+        message="sandbox did not start",
+        metadata={RETRIED: "true"},  # a new attempt plays it again
+    )
     assert proxy.state.rollouts.get(broken) is None  # evicted like a finished rollout
     bad = httpx.post(
         f"{proxy.url}/admin/rollouts/{queued}/phase",
@@ -140,6 +147,8 @@ def test_orchestrator_phases_are_recorded(proxy: RunningProxy) -> None:
     assert phases[(queued, RolloutPhase.VERIFIED)].costs == costs
     assert phases[(queued, RolloutPhase.QUEUED)].costs == {}
     assert phases[(broken, RolloutPhase.INFRA_FAILED)].message == "sandbox did not start"
+    # The live rollout's end keeps its own metadata and adds the orchestrator's.
+    assert phases[(broken, RolloutPhase.INFRA_FAILED)].metadata == {"attempt": "1", RETRIED: "true"}
 
 
 def test_the_unix_socket_serves_the_same_proxy(proxy: RunningProxy) -> None:
@@ -152,3 +161,16 @@ def test_the_unix_socket_serves_the_same_proxy(proxy: RunningProxy) -> None:
         proxy.register(rollout)
         resp = client.post(f"/rollout/{rollout}/v1/chat/completions", json=CHAT)
         assert resp.status_code == 200 and resp.json()["choices"][0]["message"]
+
+
+def test_an_idle_kept_alive_connection_outlives_a_client_idle_timeout(proxy: RunningProxy) -> None:
+    """A client (httpx: 5 s) sends on a pooled connection it kept idle: the proxy has not
+    closed it under the request (at uvicorn's default 5 s both sides timed out together, and an
+    orchestrator's registration failed with "Server disconnected without sending a response")."""
+    host, port = proxy.url.removeprefix("http://").rsplit(":", 1)
+    request = f"GET /health HTTP/1.1\r\nHost: {host}\r\n\r\n".encode()
+    with socket.create_connection((host, int(port)), timeout=10) as conn:
+        for _ in range(2):
+            conn.sendall(request)
+            assert conn.recv(65536).startswith(b"HTTP/1.1 200")
+            time.sleep(6)  # idle past the clients' 5 s, on the same connection
