@@ -51,6 +51,7 @@ from orchestrator.plan import PlannedRollout
 from orchestrator.rundir import RolloutOutcome, RunDir
 from schemas.enums import RolloutPhase
 from schemas.errors import ConfigError, InfrastructureError, OpenForgeError, ServiceError
+from schemas.rollout import RETRIED
 
 
 @dataclass
@@ -181,6 +182,7 @@ class Orchestrator:
         phase: RolloutPhase,
         message: str | None = None,
         costs: dict[str, float] | None = None,
+        metadata: dict[str, str] | None = None,
     ) -> None:
         self.admin.record_phase(
             rollout_id,
@@ -191,6 +193,7 @@ class Orchestrator:
             harness=self.harness.name,
             backend=self.backend.name,
             costs=costs,
+            metadata=metadata,
         )
 
     def _rollout(self, p: PlannedRollout) -> RolloutOutcome:
@@ -213,8 +216,9 @@ class Orchestrator:
                         self._update(cancelled=1)
                         return RolloutOutcome.cancelled(p, rollout_id)
                     self._update(infra_failures=1)
-                    self._record_infra_failure(p, rollout_id, str(exc))
-                    if attempt == self.config.max_attempts:
+                    last = attempt == self.config.max_attempts
+                    self._record_infra_failure(p, rollout_id, str(exc), retried=not last)
+                    if last:
                         self._update(gave_up=1)
                         outcome = RolloutOutcome.infra_failed(p, rollout_id, attempt, str(exc))
                         self.run_dir.write_outcome(outcome)
@@ -237,10 +241,17 @@ class Orchestrator:
         with self._lock:
             self._stopped.append(outcome)
 
-    def _record_infra_failure(self, p: PlannedRollout, rollout_id: str, why: str) -> None:
-        # If the proxy itself is what failed, the run directory still says so.
+    def _record_infra_failure(
+        self, p: PlannedRollout, rollout_id: str, why: str, retried: bool = False
+    ) -> None:
+        """The attempt's infrastructure failure, and whether a new attempt plays its sample
+        again (``retried``: then the new one is its group's member, schemas.rollout.RETRIED).
+        If the proxy itself is what failed, the run directory still says so."""
+        metadata = {RETRIED: "true"} if retried else None
         with contextlib.suppress(ServiceError):
-            self._phase(p, rollout_id, RolloutPhase.INFRA_FAILED, message=why[:2000])
+            self._phase(
+                p, rollout_id, RolloutPhase.INFRA_FAILED, message=why[:2000], metadata=metadata
+            )
 
     def _attempt(
         self, p: PlannedRollout, rollout_id: str, attempt: int, queued: float

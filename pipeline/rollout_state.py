@@ -44,9 +44,9 @@ from pipeline.arrival import DECODE_ERRORS, Arrival, deferred
 from pipeline.assembly import assemble, assemble_dead_letter, missing_events
 from pipeline.rewards import MissingRewards, RewardPolicy
 from schemas.codec import Record, decode_message
-from schemas.episode import Episode
+from schemas.episode import SUPERSEDED, Episode
 from schemas.errors import OpenForgeError, SchemaError
-from schemas.rollout import RolloutEvent
+from schemas.rollout import RETRIED, RolloutEvent
 
 SETTLE_AFTER_US = 1000  # record times have 1 ms resolution: settle once the watermark is past
 
@@ -260,9 +260,10 @@ class RolloutMachine:
         self, store: RolloutStore, rollout_id: str, flags: Flags, failure: RolloutEvent
     ) -> Outcome:
         records, _ = self._decode(store)
-        out = self._dead_letter(
-            rollout_id, records, f"infrastructure failure: {failure.message or 'no message'}"
-        )
+        why = "infrastructure failure"
+        if failure.metadata.get(RETRIED) == "true":  # its retry takes its place in the group
+            why = SUPERSEDED
+        out = self._dead_letter(rollout_id, records, f"{why}: {failure.message or 'no message'}")
         store.write_flags(flags.to(Status.EMITTED))  # later records count as late
         store.clear_frames()
         return out

@@ -258,8 +258,11 @@ async def record_phase(state: ProxyState, request: Request) -> Response:
         n: _opt_str(body, n) for n in ("task_id", "group_id", "harness", "backend", "message")
     }
     state.recorder.check()
+    extra = {str(k): str(v) for k, v in metadata.items()}
     if live is not None and phase is RolloutPhase.INFRA_FAILED:
-        await state.end(live, phase, backend=fields["backend"], message=fields["message"])
+        await state.end(
+            live, phase, backend=fields["backend"], message=fields["message"], metadata=extra
+        )
         return JSONResponse({"rollout_id": rollout_id, "phase": phase.value}, status_code=201)
     receipt = state.recorder.phase(
         rollout_id,
@@ -270,7 +273,7 @@ async def record_phase(state: ProxyState, request: Request) -> Response:
         harness=fields["harness"] or (live.harness if live else None),
         backend=fields["backend"],
         message=fields["message"],
-        metadata={str(k): str(v) for k, v in metadata.items()},
+        metadata=extra,
         costs=costs,
     )
     await state.recorder.durable(receipt)

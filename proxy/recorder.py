@@ -135,14 +135,18 @@ class Recorder:
         backend: str | None = None,
         exit_code: int | None = None,
         message: str | None = None,
+        metadata: dict[str, str] | None = None,
     ) -> Receipt:
-        """The rollout's end in ``phase``, now: how long it ran and how many calls it made."""
+        """The rollout's end in ``phase``, now: how long it ran and how many calls it made;
+        ``metadata`` added to the rollout's own."""
         at = now_us()
+        about = described(rollout)
+        about["metadata"] = {**rollout.metadata, **(metadata or {})}
         event = rollout_event(
             rollout.rollout_id,
             phase,
             at,
-            **described(rollout),
+            **about,
             backend=backend,
             exit_code=exit_code,
             duration_s=(at - rollout.created_us) / 1e6,

@@ -75,11 +75,18 @@ class ProxyState:
         backend: str | None = None,
         message: str | None = None,
         exit_code: int | None = None,
+        metadata: dict[str, str] | None = None,
     ) -> None:
         """Record the rollout's end and evict it from the live rollouts (a late reward still
-        finds it, :meth:`RolloutRegistry.finish`); return once that record is durable."""
+        finds it, :meth:`RolloutRegistry.finish`); return once that record is durable.
+        ``metadata`` is added to the rollout's own in that record."""
         receipt = self.end_soon(
-            rollout, phase, backend=backend, exit_code=exit_code, message=message
+            rollout,
+            phase,
+            backend=backend,
+            exit_code=exit_code,
+            message=message,
+            metadata=metadata,
         )
         await self.recorder.durable(receipt)
 
@@ -91,11 +98,17 @@ class ProxyState:
         backend: str | None = None,
         message: str | None = None,
         exit_code: int | None = None,
+        metadata: dict[str, str] | None = None,
     ) -> Receipt:
         """:meth:`end` without waiting: the end record is queued (published in order, before
         any record queued after it) and the rollout evicted; its receipt to await."""
         receipt = self.recorder.ended(
-            rollout, phase, backend=backend, exit_code=exit_code, message=message
+            rollout,
+            phase,
+            backend=backend,
+            exit_code=exit_code,
+            message=message,
+            metadata=metadata,
         )
         self.rollouts.finish(rollout, phase)
         if rollout.session is not None:

@@ -76,6 +76,16 @@ class Episode:
     SCHEMA_NAME = "episode"
 
 
+# The dead-letter reason of an attempt that failed for infrastructure reasons and was played
+# again (``schemas.rollout.RETRIED``): its retry is the group's member, not this one.
+SUPERSEDED = "infrastructure failure, retried as a new attempt"
+
+
+def superseded(episode: Episode) -> bool:
+    """Whether ``episode`` is the dead letter of an attempt that a retry replaced."""
+    return (episode.dead_letter or "").startswith(SUPERSEDED)
+
+
 SAMPLE = pa.struct(
     [
         pa.field("index", pa.int32(), nullable=False),

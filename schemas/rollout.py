@@ -36,6 +36,11 @@ class RolloutEvent:
     SCHEMA_NAME = "rollout"
 
 
+# ``RolloutEvent.metadata`` of an ``infra_failed`` attempt: "true" when the orchestrator plays the
+# same sample again as a new attempt (a rollout id of its own). That attempt's episode takes this
+# one's place in its group; this one is dead-lettered as superseded, not lost.
+RETRIED = "retried"
+
 ROLLOUT_SCHEMA = pa.schema(
     [
         pa.field("schema_version", pa.int16(), nullable=False),

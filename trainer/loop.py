@@ -317,6 +317,7 @@ def _batch_metrics(
         "stream/lost_members": stats.lost_members,
         "stream/short_alone": stats.short_alone,
         "stream/empty_groups": stats.empty_groups,
+        "stream/superseded": stats.superseded,
         "data/episodes": len(episodes),
     }
 

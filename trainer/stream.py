@@ -31,7 +31,7 @@ from infra.eventlog import (
 )
 from schemas.archive import read_archive
 from schemas.codec import decode_message
-from schemas.episode import Episode
+from schemas.episode import Episode, superseded
 from schemas.errors import ConfigError
 from schemas.registry import choose
 from trainer.batch import group_key
@@ -107,6 +107,7 @@ class StreamStats:
     lost_members: int = 0  # dead letters, empty and stale episodes counted toward their group
     short_alone: int = 0  # episodes whose group's other members were all lost, not trained on
     empty_groups: int = 0  # paced batches: groups with fewer than two trainable episodes
+    superseded: int = 0  # dead letters of attempts played again: their retries are the members
     by_reason: Counter[str] = field(default_factory=Counter)
 
 
@@ -202,6 +203,9 @@ class EpisodeStream:
         if episode.dead_letter is not None:
             self.stats.dead_letters += 1
             self.stats.by_reason[episode.dead_letter] += 1
+            if superseded(episode):  # not a member: the attempt that replaced it is
+                self.stats.superseded += 1
+                return Admission.SKIPPED
             return Admission.LOST
         if not any(any(s.loss_mask) for s in episode.samples):
             self.stats.empty += 1

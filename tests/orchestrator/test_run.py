@@ -23,9 +23,9 @@ from orchestrator.rundir import Status
 from pipeline.jobs import Outputs, run_streaming
 from schemas.archive import read_archive
 from schemas.enums import RolloutPhase
-from schemas.episode import Episode
+from schemas.episode import SUPERSEDED, Episode, superseded
 from schemas.errors import ConfigError, SetupError
-from schemas.rollout import RolloutEvent
+from schemas.rollout import RETRIED, RolloutEvent
 from tests.orchestrator.conftest import EXAMPLES, job
 
 
@@ -77,12 +77,19 @@ def test_an_infrastructure_failure_is_retried_counted_and_dead_lettered(
             RolloutPhase.FINISHED,
             RolloutPhase.INFRA_FAILED,
         ]
+    # The first attempt says a new attempt plays its sample again; the last one does not.
+    failed = {e.rollout_id: e for e in events if e.phase is RolloutPhase.INFRA_FAILED}
+    assert failed[first].metadata.get(RETRIED) == "true"
+    assert RETRIED not in failed[second].metadata
     run_streaming(
         log_url, Outputs(None, str(tmp_path / "ep")), allowed_lateness_s=5, stop_when_idle_s=3
     )
-    dead = list(read_archive(tmp_path / "ep" / "deadletter", Episode))
-    assert {d.rollout_id for d in dead} == {first, second}
-    assert all((d.dead_letter or "").startswith("infrastructure failure: ") for d in dead)
+    dead = {d.rollout_id: d for d in read_archive(tmp_path / "ep" / "deadletter", Episode)}
+    assert set(dead) == {first, second}
+    # The retried attempt is superseded (its retry is the group's member), the last one lost.
+    assert superseded(dead[first]) and not superseded(dead[second])
+    assert (dead[first].dead_letter or "").startswith(f"{SUPERSEDED}: ")
+    assert (dead[second].dead_letter or "").startswith("infrastructure failure: ")
 
 
 def test_a_missing_sandbox_tool_fails_the_run_once_before_any_rollout(

@@ -24,9 +24,9 @@ from pipeline.rollout_state import Count, Flags, IllegalTransition, Status
 from schemas.codec import Record, encode_message
 from schemas.completion import CompletionEvent
 from schemas.enums import RolloutPhase
-from schemas.episode import episode_id_for
+from schemas.episode import SUPERSEDED, episode_id_for
 from schemas.reward import RewardEvent
-from schemas.rollout import RolloutEvent
+from schemas.rollout import RETRIED, RolloutEvent
 from tests.pipeline.state_runner import LATENESS, NOW, START, Runner
 
 EMITTED_LATE = "reward arrived after the episode was emitted"
@@ -196,10 +196,15 @@ def test_an_infrastructure_failure_dead_letters_the_rollout_at_once(
     seed: int, calls: int, data: st.DataObject
 ) -> None:
     """An infrastructure failure anywhere before a rollout's last event: one dead letter at once,
-    with what arrived until then; every record after it is late, a reward among them is a dead
-    letter of its own, and no episode ever comes."""
+    with what arrived until then (superseded when a new attempt plays it again); every record
+    after it is late, a reward among them is a dead letter of its own, and no episode ever
+    comes."""
     rollout = make_rollout(seed, "r", calls=calls)
-    failure = RolloutEvent("r-infra", "r", RolloutPhase.INFRA_FAILED, 0, message="no sandbox")
+    retried = data.draw(st.booleans())  # a new attempt plays its sample again, or none does
+    metadata = {RETRIED: "true"} if retried else {}
+    failure = RolloutEvent(
+        "r-infra", "r", RolloutPhase.INFRA_FAILED, 0, message="no sandbox", metadata=metadata
+    )
     records = list(rollout.records)
     records.insert(data.draw(st.integers(0, len(records) - 1)), failure)  # before it settles
     timed = _timed(records, [1000] * len(records))
@@ -209,7 +214,7 @@ def test_an_infrastructure_failure_dead_letters_the_rollout_at_once(
     assert runner.main() == []
     (at, first), *rest = runner.dead()
     assert runner.log[at - 1][1] == failure
-    reason = "infrastructure failure: no sandbox"
+    reason = f"{SUPERSEDED if retried else 'infrastructure failure'}: no sandbox"
     assert first.episode == assemble_dead_letter("r", runner.records("r", at), NOW, reason)
     after = runner.records("r")[at:]
     assert [o.episode for _, o in rest] == [

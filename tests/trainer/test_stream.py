@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from infra.eventlog import DEAD_LETTER_TOPIC, EPISODES_TOPIC, open_writer
 from schemas.codec import encode_message
 from schemas.completion import PolicySpan
-from schemas.episode import Episode, Sample
+from schemas.episode import SUPERSEDED, Episode, Sample
 from schemas.errors import ConfigError
 from trainer.stream import EpisodeSource, EpisodeStream, StreamConfig
 
@@ -147,6 +147,28 @@ def test_a_dead_lettered_member_completes_its_group_without_waiting(tmp_path: Pa
     stream.commit()  # the dead letters' reader moves on too: a restart reads none again
     after = EpisodeStream(EpisodeSource(url, "g"), config)
     assert after.next_batch(0, timeout=0.2) is None and after.stats.read == 0
+
+
+def test_an_attempt_played_again_is_not_a_lost_member_its_retry_is_the_member(
+    tmp_path: Path,
+) -> None:
+    """One rollout of a group of four failed to register (the proxy hung up) and was played
+    again as a new attempt: the failed attempt's dead letter says so. The group waits for the
+    retry instead of training the other three without it (the retry's episode came after the
+    group had been released, and was never trained on: a CI run trained 15 of 16)."""
+    url = f"local:{tmp_path / 'log'}"
+    failed = replace(_episode(9, "a", "ga"), dead_letter=f"{SUPERSEDED}: cannot register")
+    _write(url, [failed], DEAD_LETTER_TOPIC)
+    _write(url, [_episode(i, "a", "ga") for i in range(3)])
+    config = StreamConfig(group_size=4, group_timeout_s=3600)
+    stream = EpisodeStream(EpisodeSource(url, "g"), config)
+    assert _drain(stream) == []  # three of four members: the retry is still to come
+    _write(url, [_episode(3, "a", "ga")])  # the retry's episode
+    (batch,) = _drain(stream)
+    assert sorted(e.episode_id for e in batch) == ["ep000", "ep001", "ep002", "ep003"]
+    stats = stream.stats
+    assert (stats.dead_letters, stats.superseded, stats.lost_members) == (1, 1, 0)
+    assert stats.partial_groups == 0 and stream.pending() == 0
 
 
 @given(
