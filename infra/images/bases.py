@@ -178,7 +178,7 @@ def ensure_catalogue(store: ImageStore, say: Callable[[str], None] = print) -> l
 
 
 def main() -> None:
-    """``python -m infra.images.bases``: make what the catalogue lacks (scripts/setup images)."""
+    """Make what the catalogue lacks (`scripts/setup images`)."""
     store = ImageStore()
     start = time.monotonic()
     made = ensure_catalogue(store, say=lambda line: print(f"    {line}", flush=True))
