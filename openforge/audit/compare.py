@@ -9,6 +9,7 @@ from pathlib import Path
 
 from openforge.audit import charts
 from openforge.audit.cost_queries import PHASES
+from openforge.audit.fault_recovery import PAIRED, paired
 from openforge.audit.queries import Query, Result, last_step
 from openforge.audit.recovery import RECOVERY
 from openforge.audit.report import Report, Section, open_run, results
@@ -21,6 +22,7 @@ CHART_NAMES: Sequence[str] = (
     "compare_error_recovery",
     "compare_cost_per_rollout",
     "compare_utilisation",
+    "compare_fault_recovery",
 )
 
 
@@ -143,11 +145,15 @@ def compare(runs: Sequence[Path]) -> Report:
         f"verified rollouts of {n}": sum(int(c) for c in r["cost_per_rollout"].column("rollouts"))
         for n, r in by_run.items()
     }
+    faulted = {n: open_run(r) for n, r in zip(names[1:], runs[1:], strict=True)}
     return Report(
         Path(" vs ".join(names)),
         None,
         counts,
-        _sections(names, reward, by_task, recovered, costs, busy),
+        (
+            *_sections(names, reward, by_task, recovered, costs, busy),
+            _fault_section(paired(open_run(runs[0]), faulted)),
+        ),
     )
 
 
@@ -207,6 +213,18 @@ def _sections(
         ),
         _section(BUSY, charts.grouped(CHART_NAMES[4], BUSY.title, stages, per_stage), busy),
     )
+
+
+def _fault_section(table: Result) -> Section:
+    """Paired recovery from injected faults: per faulted run, harness and kind, the recovery
+    rate where a fault reached the model beside the one where the harness retried it away."""
+    col = table.columns.index
+    bars = [f"{row[col('run')]}: {row[col('harness')]} {row[col('kind')]}" for row in table.rows]
+    series = {
+        name: [row[col(name)] for row in table.rows]
+        for name in ("recovery_rate", "absorbed_recovery_rate")
+    }
+    return _section(PAIRED, charts.grouped(CHART_NAMES[5], PAIRED.title, bars, series), table)
 
 
 def _section(query: Query, chart: charts.Chart, table: Result) -> Section:

@@ -65,7 +65,8 @@ def _harness(cfg: TrainConfig) -> Harness:
     return chosen()
 
 
-def _base_model(cfg: TrainConfig) -> Path:
+def base_model(cfg: TrainConfig) -> Path:
+    """The model ``cfg`` starts from before any warm start (built if it is a tiny one)."""
     if cfg.model.base == TINY:
         return tiny_model(max(cfg.model.context, 4096), cfg.model.seed)
     if cfg.model.base == TINY_VLM:
@@ -83,7 +84,7 @@ def _base_model(cfg: TrainConfig) -> Path:
 def prepare_model(cfg: TrainConfig, say: Callable[[str], None] = print) -> Path:
     """The model RL starts from: the base (built if it is the tiny one), warm-started per
     ``[warm_start]`` (cached under the cache dir)."""
-    base, cache = _base_model(cfg), paths.cache_dir() / "models"
+    base, cache = base_model(cfg), paths.cache_dir() / "models"
     if cfg.warm_start.recipe is WarmStartRecipe.HARNESS_TRAFFIC:
         r = cfg.rollouts
         images = ImagePolicy(fallbacks=r.image_fallbacks, strict=r.strict_images)

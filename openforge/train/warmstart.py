@@ -162,6 +162,12 @@ def cache_key(base: Path, ws: WarmStartSection, phase: int = 2) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
+def exact_dir(base: Path, ws: WarmStartSection, cache: Path) -> Path:
+    """Where the echo-words recipe keeps its model before the noisy phase (phases 1-2: it
+    writes the instructed word), made on the way to the warm start itself."""
+    return cache / f"warm-exact-{cache_key(base, ws, phase=1)}"
+
+
 def warm_start(
     base: Path,
     ws: WarmStartSection,
@@ -190,7 +196,7 @@ def warm_start(
         "tokens of each prompt, the last writes to the instructed file "
         f"{ws.correct_fraction:.0%} of the time); cached for later runs"
     )
-    exact = cache / f"warm-exact-{cache_key(base, ws, phase=1)}"
+    exact = exact_dir(base, ws, cache)
     if (exact / "config.json").exists():
         say(f"  SFT phases 1-2: reusing {exact}")
     else:

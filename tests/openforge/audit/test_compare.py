@@ -11,6 +11,7 @@ import pytest
 
 from openforge.audit import html
 from openforge.audit.compare import CHART_NAMES, compare, labels
+from openforge.audit.fault_recovery import PAIRED
 from tests.openforge.audit.conftest import SmallRun, rendered, verified_costs, write_run
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -38,6 +39,18 @@ def test_two_runs_side_by_side_on_one_page(
         mean = sum(verified_costs(s)[phase] for s in seeds) / len(seeds)
         assert row_a[costs.columns.index(phase)] == pytest.approx(mean), phase
     assert row_a[1:] == row_b[1:] and row_a[1] == len(seeds)
+    # The second run's one injected fault (a slow first byte: the call still ended ok) pairs
+    # with the first run's same rollout: nothing to recover from, and no gap.
+    faults = next(s for s in report.sections if s.title == PAIRED.title).tables[0]
+    (row,) = [dict(zip(faults.columns, r, strict=True)) for r in faults.rows]
+    assert (row["run"], row["kind"], row["pairs"], row["clean_succeeded"]) == (
+        b,
+        "slow_first_byte",
+        1,
+        1,
+    )
+    assert (row["absorbed"], row["absorbed_recovery_rate"], row["reached_model"]) == (1, 1.0, 0)
+    assert (row["retries_per_fault"], row["recovery_gap"], row["false_successes"]) == (0, 0, 0)
     dom = rendered(html.write(report, tmp_path / "compare.html"), tmp_path)
     assert [c["data-chart"] for c in dom.charts] == list(CHART_NAMES)
     for chart in dom.charts:
