@@ -218,7 +218,22 @@ def run(opts: RunOptions) -> None:
         faults=faults,
     ) as stack:
         run_proxy = RunProxy(stack.admin.url, stack.endpoint)
-        job.run_all(run_proxy, stack.admin, settings, stack.model)
+        try:
+            job.run_all(run_proxy, stack.admin, settings, stack.model)
+        finally:
+            _archive(console, stack.log_url, opts.out)
+
+
+def _archive(console: Console, log_url: str, out: Path) -> None:
+    """The run's events, archived where ``openforge audit`` and ``query --run`` read them."""
+    from openforge.query.log_archive import archive_log
+
+    written, damaged = archive_log(log_url, out / "archive")
+    note = f" ({damaged} damaged frames left out: the log keeps them)" if damaged else ""
+    console.print(
+        f"{written} events archived in {out / 'archive'}{note}: openforge audit {out}; "
+        f"openforge query --run {out}"
+    )
 
 
 def _section(

@@ -14,20 +14,17 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from infra.eventlog import EVENTS_TOPIC
-from infra.eventlog.local import LocalLog
 from infra.harnesses import Agent
 from infra.local.vllm import VLLMServer
 from infra.tasks import load_dataset
 from openforge.audit.compare import compare
 from openforge.audit.fault_recovery import FATES, PAIRED, Played, faults_of, pair
 from openforge.audit.report import open_run
+from openforge.query.log_archive import archive_log
 from openforge.train.config_io import load_config
 from openforge.train.launch import base_model, prepare_model
 from openforge.train.warmstart import exact_dir
 from orchestrator.rundir import Status
-from schemas.archive import ArchiveWriter
-from schemas.codec import decode_messages
 from schemas.faults import FaultKind, FaultPlan
 from tests.orchestrator.conftest import ROOT, job
 
@@ -44,20 +41,6 @@ def copier() -> Iterator[VLLMServer]:
         yield server
 
 
-def _archive(log_url: str, run: Path) -> None:
-    """The run's event log written to ``run/archive`` (as a training run archives it)."""
-    reader = LocalLog(Path(log_url.removeprefix("local:"))).reader([EVENTS_TOPIC], None)
-    frames: list[bytes] = []
-    for partition in reader.partitions(EVENTS_TOPIC):
-        offset, end = 0, reader.end_offset(EVENTS_TOPIC, partition)
-        while offset < end:
-            batch = reader.read(EVENTS_TOPIC, partition, offset)
-            frames += [r.value for r in batch.records]
-            offset = batch.next_offset
-    reader.close()
-    ArchiveWriter(run / "archive").write(decode_messages(frames))
-
-
 def _play(copier: VLLMServer, tiny: Path, out: Path, plan: FaultPlan | None) -> dict[Any, float]:
     """Held-out echo-words tasks, two samples each, clean or under ``plan``: the reward of each
     rollout (the same ids in both runs: the same tasks and samples), the run archived under
@@ -67,7 +50,7 @@ def _play(copier: VLLMServer, tiny: Path, out: Path, plan: FaultPlan | None) -> 
     with job(out, agent, tiny, upstream=copier.base_url, faults=plan) as j:
         records = j.run(tasks, n=2)
         j.proxy.flush()
-        _archive(j.proxy.config.log_url, out)
+        archive_log(j.proxy.config.log_url, out / "archive")  # as `rollouts run` does
     assert all(r.status is Status.VERIFIED and r.attempt == 1 for r in records), records
     return {r.rollout_id: float(r.reward or 0) for r in records}
 

@@ -1,7 +1,8 @@
 """The audit of a real run: ``openforge rollouts run`` plays the example tasks with the oracle
-harness in sandboxes behind its own proxy (rollout and reward events, no model calls), the batch
-replay job assembles the episodes, and the page, loaded in headless Chromium, draws exactly the
-charts such a run has data for; every other chart says "no data"."""
+harness in sandboxes behind its own proxy (rollout and reward events, no model calls) and
+archives its events, the batch replay job assembles the episodes, and the page, loaded in
+headless Chromium, draws exactly the charts such a run has data for; every other chart says
+"no data"."""
 
 from __future__ import annotations
 
@@ -9,30 +10,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-from infra.eventlog import EVENTS_TOPIC
-from infra.eventlog.local import LocalLog
 from openforge.audit import html
 from openforge.audit.report import CHART_NAMES, build
-from schemas.archive import ArchiveWriter
-from schemas.codec import decode_messages
 from tests.openforge.audit.conftest import rendered
 
 ROOT = Path(__file__).resolve().parents[3]
-
-
-def _archive_events(run: Path) -> None:
-    """The run's embedded event log written to ``run/archive`` (what a run that archives its
-    events itself already holds)."""
-    reader = LocalLog(run / "services" / "log").reader([EVENTS_TOPIC], None)
-    frames: list[bytes] = []
-    for partition in reader.partitions(EVENTS_TOPIC):
-        offset, end = 0, reader.end_offset(EVENTS_TOPIC, partition)
-        while offset < end:
-            batch = reader.read(EVENTS_TOPIC, partition, offset)
-            frames += [r.value for r in batch.records]
-            offset = batch.next_offset
-    reader.close()
-    ArchiveWriter(run / "archive").write(decode_messages(frames))
 
 
 def _run(*args: str) -> str:
@@ -51,8 +33,7 @@ def test_the_audit_of_an_oracle_run(tmp_path: Path) -> None:
     run = tmp_path / "run"
     tasks = str(ROOT / "examples" / "tasks")
     assert "3 verified" in _run("rollouts", "run", "--tasks", tasks, "--out", str(run))
-    if not (run / "archive").is_dir():
-        _archive_events(run)
+    assert (run / "archive").is_dir()  # the run archived its events itself
     _run("pipeline", "replay", "--from", str(run / "archive"), "--to", str(run / "episodes"))
 
     report = build(run)
