@@ -56,13 +56,11 @@ VLM_MODULES = frozenset({
 })  # fmt: skip
 
 
-# Test modules whose module-scoped fixture is one long run into a fixed directory, or one session
-# whose tests run in order: the whole module goes to one worker (split over two, each worker made
-# the run again, into the same directory, and the two clobbered each other past the module's
-# timeout).
+# Test modules whose module-scoped fixture is one long run into a fixed directory: the whole
+# module goes to one worker (split over two, each worker made the run again, into the same
+# directory, and the two clobbered each other past the module's timeout).
 WHOLE_MODULES = frozenset({
     "tests/openforge/train/test_real_harness_runs.py",
-    "tests/readme/test_rollouts_page.py",  # one newcomer's session, its blocks in order
 })  # fmt: skip
 
 

@@ -15,9 +15,8 @@ from pathlib import Path
 
 MARKER = "# Not run by the tests:"
 # The pages a newcomer reads, in order, relative to the repository root: README.md, then the
-# manual. Their blocks run in this order in one shell session (those of APART_PAGES in a second),
-# so a later page's commands may use what an earlier page's made (tests/readme/test_readme.py
-# checks that every docs/*.md is here).
+# manual. Their blocks run in this order in one shell session, so a later page's commands may use
+# what an earlier page's made (tests/readme/test_readme.py checks that every docs/*.md is here).
 MANUAL_PAGES = (
     "README.md",
     "docs/overview.md",
@@ -32,9 +31,6 @@ MANUAL_PAGES = (
     "docs/performance.md",
     "docs/development.md",
 )
-# Pages that use nothing an earlier page made: their blocks run in a second newcomer's session (a
-# copy of its own, set up with the README's `scripts/setup`), beside the first, in this order.
-APART_PAGES = ("docs/rollouts.md",)
 _FENCE = re.compile(r"^\s*```(\w*)\s*$")
 _INLINE = re.compile(r"`((?:\.venv/bin/)?openforge [^`]+)`")
 

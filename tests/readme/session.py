@@ -207,21 +207,17 @@ def copy_repository(root: Path, dest: Path) -> Path:
 
 
 @contextmanager
-def newcomer_session(
-    tmp_path_factory: pytest.TempPathFactory, name: str, set_up: bool
-) -> Iterator[Session]:
-    """A newcomer's session over a fresh copy of this checkout, named ``name``; with ``set_up``
-    the copy is first set up as the README's first command does (``scripts/setup``). Afterwards
-    the services left in the background are stopped and the shared environment points at this
-    checkout again (the copy's ``scripts/setup`` pointed its editable install at the copy)."""
+def newcomer_session(tmp_path_factory: pytest.TempPathFactory, name: str) -> Iterator[Session]:
+    """A newcomer's session over a fresh copy of this checkout, named ``name`` (the README's
+    first command sets the copy up). Afterwards the services left in the background are stopped
+    and the shared environment points at this checkout again (the copy's ``scripts/setup``
+    pointed its editable install at the copy)."""
     base = tmp_path_factory.mktemp(name)
     work = copy_repository(ROOT, base / "openforge")
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     env["MYPY_CACHE_DIR"] = str(cache_dir() / "mypy")  # a warm cache; the command is as written
     session = Session(work, base / "logs", env)
     try:
-        if set_up:
-            subprocess.run(["scripts/setup"], cwd=work, env=env, check=True)
         yield session
         session.stop_services(background=True)  # what ran on in the background must stop cleanly
     finally:

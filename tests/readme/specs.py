@@ -1,5 +1,5 @@
 """What each command the README and the manual run must do (:class:`Spec`), by its text as
-written: tests/readme/test_readme.py and test_rollouts_page.py run the commands and check them."""
+written: tests/readme/test_readme.py runs the commands and checks them."""
 
 from __future__ import annotations
 

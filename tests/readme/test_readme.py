@@ -4,10 +4,8 @@ The fenced ``bash`` blocks of README.md and then of each docs/ page (``MANUAL_PA
 order) are read as data (``tests/readme/commands.py``) and every command runs, in that order, in
 one copy of the repository (what a fresh clone holds: no ``.venv``, no ``runs/``), from the
 copy's root, with the relative paths as written: the README's first block's ``scripts/setup``
-makes the copy's ``.venv``. The pages that use nothing an earlier page made (``APART_PAGES``)
-run the same way in a second copy of their own, beside this one
-(``tests/readme/test_rollouts_page.py``). A command must exit 0 and print what the page says it
-does (``tests/readme/specs.py``); services (``services up``, ``proxy``) are started, used by the
+makes the copy's ``.venv``. A command must exit 0 and print what the page says it does
+(``tests/readme/specs.py``); services (``services up``, ``proxy``) are started, used by the
 block's next commands and stopped with Ctrl-C at the block's end (one started with a trailing
 ``&`` runs on in the background, as in a shell, until the session ends), and must exit 0.
 Placeholders (``PORT``, ``MODEL_DIR``) are filled from what an earlier command printed. The main
@@ -28,7 +26,6 @@ from pathlib import Path
 import pytest
 
 from tests.readme.commands import (
-    APART_PAGES,
     MANUAL_PAGES,
     Block,
     Command,
@@ -112,13 +109,10 @@ def test_the_gpu_smoke_test_takes_its_options() -> None:
 @pytest.fixture(scope="module")
 def session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Session]:
     """One newcomer's session over a fresh copy: the README's first command sets it up."""
-    with newcomer_session(tmp_path_factory, "readme", set_up=False) as session:
+    with newcomer_session(tmp_path_factory, "readme") as session:
         yield session
 
 
-TOGETHER = [b for b in RUN if b.source not in APART_PAGES]
-
-
-@pytest.mark.parametrize("block", TOGETHER, ids=[f"{b.source}:{b.line}" for b in TOGETHER])
+@pytest.mark.parametrize("block", RUN, ids=[f"{b.source}:{b.line}" for b in RUN])
 def test_readme_block(block: Block, session: Session) -> None:
     session.run_block(block, SPECS, skip=TEST_COMMAND)  # the test command: this very suite

@@ -38,18 +38,26 @@ WORKLOADS = [
 ]  # fmt: skip
 
 
-def _kubectl(kube: LocalKube, *args: str, timeout: float = 120) -> str:
+def _kubectl(kube: LocalKube, *args: str, timeout: float = 120, check: bool = True) -> str:
     env = {**os.environ, "KUBECONFIG": str(kube.kubeconfig)}
     done = subprocess.run(
         ["kubectl", *args], env=env, capture_output=True, text=True, timeout=timeout
     )
-    assert done.returncode == 0, f"kubectl {' '.join(args)}: {done.stderr}"
-    return done.stdout
+    assert done.returncode == 0 or not check, f"kubectl {' '.join(args)}: {done.stderr}"
+    return done.stdout + ("" if check else done.stderr)
 
 
 def _logs(kube: LocalKube, pod: str, tail: int = 40) -> str:
     """``kubectl logs`` of ``pod`` (the API server asks the node's kubelet)."""
     return _kubectl(kube, "-n", NAMESPACE, "logs", pod, f"--tail={tail}")
+
+
+def _restarted(kube: LocalKube, pod: dict[str, Any]) -> str:
+    """Why a pod's container restarted: its last state and what the exited run printed."""
+    name = pod["metadata"]["name"]
+    status = pod["status"]["containerStatuses"][0]
+    previous = _kubectl(kube, "-n", NAMESPACE, "logs", name, "--previous", "--tail=60", check=False)
+    return f"{name}: {status.get('lastState')}\n{previous}"
 
 
 def _serving(kube: LocalKube, timeout: float) -> None:
@@ -167,10 +175,8 @@ def test_the_serve_manifests_run_on_a_real_node_and_the_served_policy_advances(
         assert _reach(real_kube, "openforge-pipeline-0", vllm) == "ConnectionRefusedError"
         # Every pod ran as the manifests say, and none restarted.
         for pod in _pods(real_kube):
-            name = pod["metadata"]["name"]
-            assert pod["status"]["containerStatuses"][0]["restartCount"] == 0, _logs(
-                real_kube, name
-            )
+            restarts = pod["status"]["containerStatuses"][0]["restartCount"]
+            assert restarts == 0, _restarted(real_kube, pod)
             assert pod["spec"]["securityContext"]["runAsUser"] == 10001
         # The trainer's pod replaced: the StatefulSet's new pod resumes from the runs volume and
         # the consumer group's offsets, serves a new version, and trains nothing twice.
