@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 from infra.local.process import leftover_processes
+from openforge.query.views import open_views
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -39,7 +40,10 @@ def test_two_harnesses_in_turn_on_one_proxy_from_the_command_line(tmp_path: Path
         assert len(rows) == 6 and {r["reward"] for r in rows} == {reward}
         assert all(r["rollout_id"].startswith(f"{harness}-") for r in rows)  # ids of its own
     assert (out / "services" / "log").is_dir()  # one embedded event log and proxy for both
-    assert sorted(p.name for p in out.iterdir()) == ["noop", "oracle", "services"]
+    # ... and one archive of its events, both harnesses' (what `openforge audit OUT` reads)
+    assert sorted(p.name for p in out.iterdir()) == ["archive", "noop", "oracle", "services"]
+    harnesses = open_views(run=out).sql("SELECT DISTINCT harness FROM rollouts").fetchall()
+    assert sorted(h for (h,) in harnesses) == ["noop", "oracle"]
 
 
 def test_a_harness_named_twice_is_refused_before_anything_starts(tmp_path: Path) -> None:
