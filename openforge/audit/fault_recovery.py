@@ -18,7 +18,8 @@ model: the share whose faulted rollout still succeeded) beside the same rate whe
 absorbed every fault of the kind (recovery by its own retries), the **retries per fault**, the
 **seconds to recover** (from a faulted call to the rollout's next call that ended ok), the
 **recovery gap** (the clean rollouts' mean reward minus the faulted ones') and the **false
-successes** (faulted rollouts whose harness ended as finished with exit 0 and got reward 0).
+successes** (faulted rollouts whose clean twin succeeded, whose harness ended as finished with
+exit 0, and that got reward 0: it claimed done and was not).
 """
 
 from __future__ import annotations
@@ -81,8 +82,8 @@ PAIRED = Query(
     "still succeeded (recovery_rate), the ones where the harness retried every fault away (or it "
     "did no harm) and their share (absorbed_recovery_rate), those a fault ended (the harness "
     "stopped), retries per fault, mean seconds to recover, the "
-    "recovery gap (clean minus faulted mean reward) and the false successes (finished, exit 0, "
-    "reward 0)",
+    "recovery gap (clean minus faulted mean reward) and the false successes (of the pairs whose "
+    "clean rollout succeeded: finished, exit 0, reward 0)",
     "-- computed in openforge/audit/fault_recovery.py from each run's fault_calls and "
     "fault_pairable queries",
 )
@@ -151,12 +152,23 @@ def played(rows: Result) -> list[Played]:
 
 
 def pair(clean: Iterable[Played], faulted: Iterable[Played]) -> list[tuple[Played, Played]]:
-    """Each faulted rollout with a clean one of the same key, first come first paired; a
-    rollout without a twin is left out."""
+    """Each faulted rollout with a clean one of the same key, first come first paired; one
+    whose policy version is unknown (a fault failed all its calls: no tokens) with one of the
+    same task, harness and sample at any version; a rollout without a twin is left out."""
     waiting: dict[tuple[Any, ...], list[Played]] = {}
     for p in clean:
         waiting.setdefault(p.key, []).append(p)
-    return [(waiting[f.key].pop(0), f) for f in faulted if waiting.get(f.key)]
+    out, unknown = [], []
+    for f in faulted:
+        if waiting.get(f.key):
+            out.append((waiting[f.key].pop(0), f))
+        elif f.key[3] is None:
+            unknown.append(f)
+    for f in unknown:
+        twin = next((k for k, ps in waiting.items() if ps and k[:3] == f.key[:3]), None)
+        if twin is not None:
+            out.append((waiting[twin].pop(0), f))
+    return out
 
 
 def table(
@@ -198,7 +210,7 @@ def _row(
         len(absorbed), _rate([f.succeeded for f in absorbed]), len(ended),
         sum(x.retries for x in faults) / len(faults), _mean(times),
         sum(c.reward - f.reward for c, f, _ in hit) / len(hit),
-        sum(f.false_success for _, f, _ in hit),
+        sum(f.false_success for _, f, _ in ok),
     )  # fmt: skip
 
 
