@@ -26,8 +26,7 @@ import sys
 from pathlib import Path
 
 from openforge.audit.compare import compare
-from openforge.audit.fault_recovery import FATES, FAULT_CALLS, PAIRED, faults_of
-from openforge.audit.queries import run
+from openforge.audit.fault_recovery import FATES, PAIRED, faults_in
 from openforge.audit.report import open_run
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -46,17 +45,11 @@ def _rollouts(out: Path, tasks: str, n: int, faults: list[str]) -> None:
 def _fates(faulted: Path) -> str:
     """Per harness and kind: every fault's fate, from the faulted run's own calls."""
     con = open_run(faulted)
-    calls = run(con, FAULT_CALLS)
-    by_rollout: dict[str, list[dict[str, object]]] = {}
-    for values in calls.rows:
-        call = dict(zip(calls.columns, values, strict=True))
-        by_rollout.setdefault(str(call["rollout_id"]), []).append(call)
     harness_of = dict(con.sql("SELECT DISTINCT rollout_id, harness FROM completions").fetchall())
     counts: dict[tuple[str, str], dict[str, int]] = {}
-    for rid, cs in by_rollout.items():
-        for fault in faults_of(cs):
-            key = (str(harness_of.get(rid, "?")), fault.kind)
-            counts.setdefault(key, dict.fromkeys(FATES, 0))[fault.fate] += 1
+    for fault in faults_in(con):
+        key = (str(harness_of.get(fault.rollout_id, "?")), fault.kind)
+        counts.setdefault(key, dict.fromkeys(FATES, 0))[fault.fate] += 1
     lines = ["| harness | kind | " + " | ".join(FATES) + " |", "|---|---|" + "---|" * len(FATES)]
     for (harness, kind), by in sorted(counts.items()):
         lines.append(f"| {harness} | {kind} | " + " | ".join(str(by[f]) for f in FATES) + " |")

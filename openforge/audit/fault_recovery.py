@@ -90,8 +90,7 @@ PAIRED = Query(
 COLUMNS = [
     "run", "harness", "kind", "pairs", "clean_succeeded", "reached_model", "recovery_rate",
     "absorbed", "absorbed_recovery_rate", "ended", "retries_per_fault", "recover_s",
-    "recovery_gap",
-    "false_successes",
+    "recovery_gap", "false_successes",
 ]  # fmt: skip
 
 
@@ -196,12 +195,11 @@ def _row(
     ]
     hit = [(c, f, fs) for c, f, fs in hit if fs]
     ok = [(c, f, fs) for c, f, fs in hit if c.succeeded]
-    fates = [{x.fate for x in fs} for _, _, fs in ok]
-    ended = [f for (_, f, _), seen in zip(ok, fates, strict=True) if FATES[3] in seen]
-    reached = [
-        f for (_, f, _), seen in zip(ok, fates, strict=True) if FATES[2] in seen and f not in ended
-    ]
-    absorbed = [f for (_, f, _), seen in zip(ok, fates, strict=True) if seen <= set(FATES[:2])]
+    by_outcome: dict[str, list[Played]] = {fate: [] for fate in FATES[1:]}
+    for _, f, fs in ok:
+        by_outcome[_outcome({x.fate for x in fs})].append(f)
+    ended, reached = by_outcome[FATES[3]], by_outcome[FATES[2]]
+    absorbed = by_outcome[FATES[1]]
     faults = [x for _, _, fs in hit for x in fs]
     times = [x.recover_s for x in faults if x.recover_s is not None]
     return (
@@ -214,12 +212,28 @@ def _row(
     )  # fmt: skip
 
 
+def _outcome(fates: set[str]) -> str:
+    """What a pair's faults of one kind came to: the rollout ended at one, else one reached
+    the model, else the harness absorbed them all (retried, or no error)."""
+    return next((f for f in (FATES[3], FATES[2]) if f in fates), FATES[1])
+
+
 def _rate(flags: Sequence[bool]) -> float | None:
     return sum(flags) / len(flags) if flags else None
 
 
 def _mean(values: Sequence[float]) -> float | None:
     return sum(values) / len(values) if values else None
+
+
+def faults_in(con: duckdb.DuckDBPyConnection) -> list[Fault]:
+    """Every injected fault of a run, each with its fate (the ``fault_calls`` query)."""
+    calls = run(con, FAULT_CALLS)
+    by_rollout: dict[str, list[dict[str, Any]]] = {}
+    for values in calls.rows:
+        call = dict(zip(calls.columns, values, strict=True))
+        by_rollout.setdefault(str(call["rollout_id"]), []).append(call)
+    return [x for cs in by_rollout.values() for x in faults_of(cs)]
 
 
 def paired(
@@ -229,11 +243,5 @@ def paired(
     twins = played(run(clean, PAIRABLE))
     rows: list[tuple[Any, ...]] = []
     for label, con in faulted.items():
-        calls = run(con, FAULT_CALLS)
-        by_rollout: dict[str, list[dict[str, Any]]] = {}
-        for values in calls.rows:
-            call = dict(zip(calls.columns, values, strict=True))
-            by_rollout.setdefault(str(call["rollout_id"]), []).append(call)
-        faults = [x for cs in by_rollout.values() for x in faults_of(cs)]
-        rows += table(label, pair(twins, played(run(con, PAIRABLE))), faults)
+        rows += table(label, pair(twins, played(run(con, PAIRABLE))), faults_in(con))
     return Result(PAIRED, COLUMNS, rows)
