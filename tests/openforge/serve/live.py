@@ -3,6 +3,7 @@ services (which fails at once if one of them exited)."""
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Callable
@@ -35,6 +36,20 @@ def until(what: str, done: Callable[[], bool], services: ServicesApart, timeout:
 def at_least(out: Path, updates: int) -> bool:
     """Whether the trainer under ``out`` has made ``updates`` updates."""
     return len(consumed(out / "trainer" / "consumed.jsonl")) >= updates
+
+
+def served_latest(services: ServicesApart, out: Path, timeout: float = 120) -> int:
+    """The served policy version once it is the latest the trainer handed out. A version is
+    recorded in ``versions.jsonl`` *before* its swap, so the proxy may stamp the one before it
+    for a moment; wait for the swap rather than read in between."""
+
+    def latest() -> int:
+        lines = (out / "trainer" / "versions.jsonl").read_text().splitlines()
+        return max((int(json.loads(line)["version"]) for line in lines if line.strip()), default=0)
+
+    until("the latest version served", lambda: services.policy_version() == latest(), services,
+          timeout=timeout)  # fmt: skip
+    return services.policy_version()
 
 
 def apart_config(

@@ -29,7 +29,15 @@ from openforge.traffic.simulate import TrafficReport
 from schemas.completion import CompletionEvent
 from schemas.episode import Episode
 from schemas.rollout import RolloutEvent
-from tests.openforge.serve.live import LATENESS_S, apart_config, at_least, traffic, until, warm_up
+from tests.openforge.serve.live import (
+    LATENESS_S,
+    apart_config,
+    at_least,
+    served_latest,
+    traffic,
+    until,
+    warm_up,
+)
 
 
 def _rollouts(url: str, topic: str, reason: str = "") -> set[str]:
@@ -76,7 +84,7 @@ def test_live_traffic_trains_the_served_policy_and_a_restart_of_any_service_lose
                 thread.join(timeout=180)
             report = result["report"]
             _settle(services, url, out, report)
-            served = services.policy_version()
+            served = served_latest(services, out)
             late = _late_feedback(services, report)
             until(
                 "the late feedback dead-lettered",

@@ -17,7 +17,14 @@ from infra.local.vllm import VLLMServer
 from openforge.serve.apart import Service, services_apart
 from openforge.traffic.ledger import ledger
 from openforge.traffic.simulate import TrafficReport
-from tests.openforge.serve.live import apart_config, at_least, traffic, until, warm_up
+from tests.openforge.serve.live import (
+    apart_config,
+    at_least,
+    served_latest,
+    traffic,
+    until,
+    warm_up,
+)
 from trainer.backends import BackendName
 
 
@@ -44,7 +51,7 @@ def test_a_two_rank_trainer_trains_the_served_policy_and_resumes_after_a_kill(
             finally:
                 stop.set()
                 thread.join(timeout=180)
-            served = services.policy_version()
+            served = served_latest(services, out)
         book = ledger(url, result["report"], out / "trainer")
 
     assert book.lost == 0 and book.trained_twice == 0, book
