@@ -1,6 +1,6 @@
-"""Agent harnesses run unmodified through the proxy: Codex CLI, Claude Code, OpenClaw, the
-built-in ``agent``, the ``oracle`` that runs a task's own solution and ``noop`` that does nothing
-(these two call no model)."""
+"""Agent harnesses run unmodified through the proxy: Codex CLI, Claude Code, OpenClaw, Qwen
+Code, OpenCode, the built-in ``agent``, the ``oracle`` that runs a task's own solution and
+``noop`` that does nothing (these two call no model)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from infra.harnesses.base import (
     Harness,
     Invocation,
     Network,
+    Node24Harness,
     NpmHarness,
     PromptProfile,
     Report,
@@ -22,17 +23,19 @@ from infra.harnesses.browser import Browser, BrowserAnthropic
 from infra.harnesses.claude_code import ClaudeCode
 from infra.harnesses.codex import Codex
 from infra.harnesses.openclaw import OpenClaw
+from infra.harnesses.opencode import OpenCode
 from infra.harnesses.oracle import NoOp, Oracle
+from infra.harnesses.qwen_code import QwenCode
 from schemas.registry import Registry
 
 HARNESSES: Registry[type[Harness]] = Registry("harness")
-for _cls in (Codex, ClaudeCode, OpenClaw, Agent, Browser, BrowserAnthropic, Oracle, NoOp):
+_NPM = (Codex, ClaudeCode, OpenClaw, QwenCode, OpenCode)
+for _cls in (*_NPM, Agent, Browser, BrowserAnthropic, Oracle, NoOp):
     HARNESSES.add(_cls.name, _cls)
 
 
 def harness(name: str) -> Harness:
-    """The harness called ``name`` (agent, browser, browser-anthropic, claude-code, codex, noop,
-    openclaw, oracle), with default settings."""
+    """The harness called ``name`` (one of :data:`HARNESSES`), with default settings."""
     return HARNESSES.get(name)()
 
 
@@ -66,10 +69,13 @@ __all__ = [
     "Invocation",
     "Network",
     "NoOp",
+    "Node24Harness",
     "NpmHarness",
     "OpenClaw",
+    "OpenCode",
     "Oracle",
     "PromptProfile",
+    "QwenCode",
     "Report",
     "RolloutDirs",
     "ShellTool",

