@@ -112,8 +112,9 @@ class HarnessSection:
     max_tokens: int = _f(48, "tokens per model answer at most (agent and browser harnesses)")
     prompt: PromptProfile = _f(
         PromptProfile.FULL,
-        "codex, claude-code, openclaw: full (as shipped) or lean (their own documented "
-        "settings cut their instructions and tools; deploy with the same)",
+        "the npm harnesses (codex, claude-code, openclaw, qwen-code, opencode): full (as "
+        "shipped) or lean (their own documented settings cut their instructions and tools; "
+        "deploy with the same)",
     )
     observation: Observation = _f(
         Observation.TEXT,

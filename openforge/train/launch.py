@@ -60,7 +60,7 @@ def _harness(cfg: TrainConfig) -> Harness:
         return chosen(max_turns=h.max_turns, max_tokens=h.max_tokens, observation=h.observation)
     if issubclass(chosen, Agent):  # the built-in agent
         return chosen(max_turns=h.max_turns, max_tokens=h.max_tokens)
-    if issubclass(chosen, NpmHarness):  # codex, claude-code, openclaw
+    if issubclass(chosen, NpmHarness):  # codex, claude-code, openclaw, qwen-code, opencode
         return chosen(prompt=h.prompt)  # type: ignore[call-arg]
     return chosen()
 
