@@ -99,6 +99,13 @@ class Demonstration:
     correct: bool
     samples: list[tuple[list[int], list[int]]]
 
+    def acting(self) -> tuple[list[int], list[int]]:
+        """The sample that acts: the one with the most trained tokens, the shell tool call
+        with its command. Not always the first: OpenCode asks for a title first (a thread of
+        its own, a few tokens), and a harness that rewrites the history puts its last answer
+        ("Done.") in a sample of its own."""
+        return max(self.samples, key=lambda sample: sum(sample[1]))
+
 
 def write_tasks(words: Sequence[str], root: Path) -> list[Task]:
     """One echo-words task per word under ``root`` (made anew); the tasks, loaded."""

@@ -95,7 +95,8 @@ def cache_key(base: Path, ws: WarmStartSection, harness: Harness, phase: int = 2
     if phase == 1:  # the noisy phase's settings do not decide the exact phase's model
         for name in ("noisy_steps", "correct_fraction", "baseline", "noisy_lr"):
             settings.pop(name)
-    key = {**_harness_key(base, harness), "warm_start": settings, "phase": phase, "format": 1}
+    # format 2: the probes and forks read each demonstration's acting sample, not its first
+    key = {**_harness_key(base, harness), "warm_start": settings, "phase": phase, "format": 2}
     return _digest(key)
 
 
@@ -118,7 +119,7 @@ class DemoData:
             raise ConfigError("no correct demonstration was recorded: see the rollouts' logs")
         rng = random.Random(seed)
         chosen = rng.sample(self.correct, min(probes, len(self.correct)))
-        self.probes = [Masked(*d.samples[0]) for d in chosen]
+        self.probes = [Masked(*d.acting()) for d in chosen]
         wrong_of = {d.word: d for d in self.wrong}
         self.forks = [f for d in chosen if d.word in wrong_of and (f := fork(d, wrong_of[d.word]))]
         self.correct_fraction = 1.0
@@ -228,10 +229,10 @@ def recorded(
 
 
 def fork(correct: Demonstration, wrong: Demonstration) -> list[int] | None:
-    """The correct demonstration's first sample up to the first token where the imperfect one
-    (of the same word) differs, that token included; None if they do not part at a trained
-    token (another difference came first)."""
-    (a, mask), (b, _) = correct.samples[0], wrong.samples[0]
+    """The correct demonstration's acting sample up to the first token where the imperfect
+    one's (of the same word) differs, that token included; None if they do not part at a
+    trained token (another difference came first)."""
+    (a, mask), (b, _) = correct.acting(), wrong.acting()
     i = next((i for i in range(min(len(a), len(b))) if a[i] != b[i]), None)
     return list(a[: i + 1]) if i is not None and mask[i] else None
 

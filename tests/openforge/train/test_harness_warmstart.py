@@ -107,6 +107,20 @@ def test_a_short_warm_start_makes_a_model_and_is_cached(model_dir: Path, tmp_pat
     assert again == [f"warm start: reusing {out}"]
 
 
+def test_probes_and_forks_read_the_sample_that_acts_not_a_title_before_it() -> None:
+    """OpenCode's demonstrations start with a title request (a few trained tokens in a thread
+    of their own) and end with "Done." in another: the probe is the tool call's sample."""
+    title = ([1, 2, 3, 9], [0, 0, 1, 1])
+    call = ([4, 5, 6, 7, 8, 20], [0, 0, 1, 1, 1, 1])
+    done = ([4, 5, 6, 7, 8, 20, 30, 31], [0, 0, 0, 0, 0, 0, 1, 1])
+    good = Demonstration("a", "w", True, [title, call, done])
+    bad = Demonstration("b", "w", False, [title, ([*call[0][:-1], 21], call[1]), done])
+    assert good.acting() == call
+    data = DemoData([good, bad], probes=1, seed=0)
+    assert [list(p.ids) for p in data.probes] == [call[0]]
+    assert fork(good, bad) == call[0] and data.forks == [call[0]]
+
+
 def test_no_correct_demonstration_is_an_error() -> None:
     with pytest.raises(ConfigError, match="no correct demonstration"):
         DemoData([], probes=4, seed=0)
