@@ -171,6 +171,21 @@ def json_objects(stdout: str) -> Iterator[dict[str, Any]]:
             yield value
 
 
+def stream_json_report(stdout: str) -> Report:
+    """Claude Code's ``--output-format stream-json`` (Qwen Code prints the same): one event a
+    line, each with the ``session_id``, ending in a ``result`` that carries the answer."""
+    out = Report()
+    for event in json_objects(stdout):
+        if event.get("session_id"):
+            out.session_id = event["session_id"]
+        if event.get("type") == "result":
+            result = event.get("result")
+            out.final_message = result if isinstance(result, str) else None
+            out.extra["subtype"] = str(event.get("subtype"))
+            out.extra["is_error"] = str(event.get("is_error"))
+    return out
+
+
 # Variables of the calling environment a harness may see; everything else is left out so that a
 # rollout cannot pick up the operator's credentials, proxies or config.
 _PASSTHROUGH = ("LANG", "LC_ALL", "TERM", "TZ", "SHELL", "USER", "LOGNAME", "TMPDIR")

@@ -25,7 +25,7 @@ from infra.harnesses.base import (
     Report,
     RolloutDirs,
     ShellTool,
-    json_objects,
+    stream_json_report,
 )
 from schemas.enums import Dialect
 
@@ -85,13 +85,4 @@ class QwenCode(Node24Harness):
 
     def report(self, stdout: str) -> Report:
         """``stream-json`` ends with a ``result`` object carrying the answer and session id."""
-        out = Report()
-        for event in json_objects(stdout):
-            if event.get("session_id"):
-                out.session_id = event["session_id"]
-            if event.get("type") == "result":
-                result = event.get("result")
-                out.final_message = result if isinstance(result, str) else None
-                out.extra["subtype"] = str(event.get("subtype"))
-                out.extra["is_error"] = str(event.get("is_error"))
-        return out
+        return stream_json_report(stdout)
