@@ -40,6 +40,10 @@ def _f(default: Any, doc: str, *, path: bool = False) -> Any:
 TINY = "tiny"  # model.base: the tiny model built locally, not a path
 TINY_VLM = "tiny-vlm"  # model.base: the tiny vision-language model over it (infra/tiny_vlm.py)
 BUILT = (TINY, TINY_VLM)  # model.base values that name a model built here, not a path
+# The model name harnesses ask the proxy for, in training and in the warm start's recordings
+# alike: a harness may print it in its prompt (OpenClaw's runtime line, OpenCode's system
+# prompt), and a policy fine-tuned on prompts naming another model garbles its answers.
+POLICY = "policy"
 
 
 class WarmStartRecipe(StrEnum):

@@ -22,6 +22,7 @@ from infra.proxy_client import ProxyAdmin
 from infra.tasks import Task, load_dataset
 from openforge.stack import ProxyOptions, StackSpec, serve
 from openforge.threaded import serve_in_thread
+from openforge.train.config import POLICY
 from openforge.train.teacher import Teacher
 from orchestrator.backend import RolloutBackendName, RunProxy
 from orchestrator.environments import SandboxMode
@@ -34,8 +35,6 @@ from pipeline.assembly import assemble
 from schemas.codec import Record
 from schemas.errors import ConfigError, ServiceError
 from schemas.registry import one_of
-
-TEACHER_MODEL = "teacher"  # the model name the harness asks the proxy for
 
 # One Harbor task per word, as examples/echo-words/generate.py writes them.
 TASK_TOML = """\
@@ -142,13 +141,13 @@ def record(
         )
     shutil.rmtree(out, ignore_errors=True)  # a recording is whole or not kept
     tasks = write_tasks(words, out / "tasks")
-    teacher = Teacher(model_dir, harness.shell_tool, TEACHER_MODEL, settings.context)
+    teacher = Teacher(model_dir, harness.shell_tool, POLICY, settings.context)
     log_url = f"local:{out / 'log'}"
     with serve_in_thread(teacher.app(), "scripted teacher", log_level="critical") as url:
         spec = StackSpec(
             out=out / "services",
             log_url=log_url,
-            model=TEACHER_MODEL,
+            model=POLICY,
             tokenizer=model_dir,
             vllm=None,
             proxy=ProxyOptions(max_model_len=settings.context, max_tokens_cap=512),
@@ -177,7 +176,7 @@ def _play(
     )
     try:
         orch_cfg = OrchestratorConfig(
-            concurrency=settings.concurrency, max_attempts=2, model=TEACHER_MODEL
+            concurrency=settings.concurrency, max_attempts=2, model=POLICY
         )
         orch = Orchestrator(backend, harness, admin, RunDir(out / "rollouts"), orch_cfg)
         outcomes = orch.run(plan(tasks, settings.per_word, run_id="demo"))

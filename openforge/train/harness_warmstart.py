@@ -49,7 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from infra.harnesses import Harness
-from openforge.train.config import WarmStartSection
+from openforge.train.config import POLICY, WarmStartSection
 from openforge.train.demonstrations import Demonstration, DemoSettings, record
 from schemas.errors import ConfigError
 from trainer.sft import Masked, SFTConfig, fine_tune
@@ -104,7 +104,8 @@ def demos_key(base: Path, harness: Harness, words: Sequence[str], play: DemoSett
     """What decides the recorded demonstrations: the harness on the base, the words and how
     many times each is played; not the SFT settings, so tuning those records nothing again."""
     key = {**_harness_key(base, harness), "words": list(words), "per_word": play.per_word}
-    return _digest({**key, "format": 1})
+    # the model name the teacher is served under (and the policy later): in some prompts
+    return _digest({**key, "model": POLICY, "format": 1})
 
 
 class DemoData:

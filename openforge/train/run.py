@@ -47,7 +47,7 @@ from openforge.stack import (
     serve,
 )
 from openforge.train.cluster import RolloutCluster, rollout_cluster
-from openforge.train.config import TrainConfig
+from openforge.train.config import POLICY, TrainConfig
 from openforge.train.drain import drain
 from openforge.train.driver import EvalLog, Pacing, RolloutDriver
 from openforge.train.launch import Launch, prepare_launch
@@ -69,8 +69,6 @@ from trainer.weight_sync import SyncMode, WeightSync
 
 if TYPE_CHECKING:  # the trainer's loop imports torch: only the trainer step needs it
     from trainer.loop import TrainerConfig
-
-POLICY = "policy"  # the model name harnesses ask for
 
 
 class Watched(Protocol):
