@@ -89,15 +89,18 @@ def _digest(key: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def cache_key(base: Path, ws: WarmStartSection, harness: Harness, phase: int = 2) -> str:
-    """What decides the warm-started model (``phase=1``: the exact phase's model alone)."""
+def cache_key(
+    base: Path, ws: WarmStartSection, harness: Harness, demos: str, phase: int = 2
+) -> str:
+    """What decides the warm-started model (``phase=1``: the exact phase's model alone): the
+    demonstrations it is fine-tuned on (``demos``, their :func:`demos_key`) and the settings."""
     settings = {k: str(v) for k, v in vars(ws).items()}
     if phase == 1:  # the noisy phase's settings do not decide the exact phase's model
         for name in ("noisy_steps", "correct_fraction", "baseline", "noisy_lr"):
             settings.pop(name)
     # format 2: the probes and forks read each demonstration's acting sample, not its first
     key = {**_harness_key(base, harness), "warm_start": settings, "phase": phase, "format": 2}
-    return _digest(key)
+    return _digest({**key, "demos": demos})
 
 
 def demos_key(base: Path, harness: Harness, words: Sequence[str], play: DemoSettings) -> str:
@@ -178,19 +181,20 @@ def harness_warm_start(
 ) -> Path:
     """The model warm-started on ``harness``'s recorded traffic, built once (cached);
     ``words``: the demonstrations' words (default: :func:`demo_words`)."""
-    out = cache / f"warm-{harness.name}-{cache_key(base, ws, harness)}"
+    words = list(words if words is not None else demo_words(base))
+    demos_id = demos_key(base, harness, words, play)
+    out = cache / f"warm-{harness.name}-{cache_key(base, ws, harness, demos_id)}"
     if (out / "config.json").exists():
         say(f"warm start: reusing {out}")
         return out
-    words = list(words if words is not None else demo_words(base))
     say(
         f"warm start: {harness.name} plays {len(words)} echo-words demonstrations x "
         f"{play.per_word} against the scripted teacher, recorded by the proxy; then "
         f"{ws.steps} + {ws.noisy_steps} SFT steps on the recorded tokens (cached for later runs)"
     )
-    key1 = cache_key(base, ws, harness, phase=1)
+    key1 = cache_key(base, ws, harness, demos_id, phase=1)
     exact = cache / f"warm-{harness.name}-exact-{key1}"
-    demos_dir = cache / f"demos-{harness.name}-{demos_key(base, harness, words, play)}"
+    demos_dir = cache / f"demos-{harness.name}-{demos_id}"
     demos = recorded(harness, base, words, play, demos_dir, say)
     data = DemoData(demos, PROBES, ws.seed)
     say(f"  {len(data.correct)} correct and {len(data.wrong)} imperfect demonstrations")

@@ -20,7 +20,7 @@ from infra.harnesses import HARNESSES, NpmHarness, PromptProfile
 from openforge.stack import tiny_model
 from openforge.train.config import WarmStartRecipe, WarmStartSection
 from openforge.train.demonstrations import Demonstration, DemoSettings, record
-from openforge.train.harness_warmstart import DemoData, fork, harness_warm_start
+from openforge.train.harness_warmstart import DemoData, cache_key, fork, harness_warm_start
 from openforge.train.teacher import TARGET
 from schemas.completion import CompletionEvent
 from schemas.delta import Reconstructor
@@ -119,6 +119,16 @@ def test_probes_and_forks_read_the_sample_that_acts_not_a_title_before_it() -> N
     data = DemoData([good, bad], probes=1, seed=0)
     assert [list(p.ids) for p in data.probes] == [call[0]]
     assert fork(good, bad) == call[0] and data.forks == [call[0]]
+
+
+def test_the_warm_started_model_is_keyed_by_its_demonstrations(model_dir: Path) -> None:
+    """Demonstrations recorded again (another teacher name, more plays) make another model:
+    a cached one fine-tuned on the old recordings is never reused."""
+    harness = HARNESSES["openclaw"](prompt=PromptProfile.LEAN)  # type: ignore[call-arg]
+    ws = WarmStartSection(recipe=WarmStartRecipe.HARNESS_TRAFFIC)
+    for phase in (1, 2):
+        keys = {cache_key(model_dir, ws, harness, demos, phase) for demos in ("d1", "d2")}
+        assert len(keys) == 2
 
 
 def test_no_correct_demonstration_is_an_error() -> None:
