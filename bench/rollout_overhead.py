@@ -38,10 +38,11 @@ from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from infra.harnesses import Oracle
 from infra.paths import default_tiny_dir
-from infra.proxy_client import ProxyAdmin
+from infra.proxy_client import Phase, ProxyAdmin, Reward
 from infra.sandbox import BubblewrapSandbox, ProxyEndpoint, RuncSandbox
 from infra.tasks import load_task
 from infra.tiny_model import build_tiny_model
@@ -52,6 +53,7 @@ from orchestrator.local import LocalBackend
 from orchestrator.plan import plan
 from orchestrator.run import Orchestrator, OrchestratorConfig
 from orchestrator.rundir import RolloutOutcome, RunDir, Status
+from schemas.enums import RolloutPhase
 
 SOLVE = (
     "readlink /proc/self/ns/pid /proc/self/ns/net > ns.txt\nls /usr/bin | wc -l >> ns.txt\n"
@@ -92,7 +94,13 @@ def _plain(task: Path, root: Path) -> tuple[float, str]:
 PHASES: dict[str, tuple[tuple[object, str], ...]] = {
     "proxy admin calls": tuple(
         (ProxyAdmin, name)
-        for name in ("register_rollout", "record_phase", "finish_rollout", "post_reward")
+        for name in (
+            "register_rollout",
+            "record_phase",
+            "record_phases",
+            "finish_rollout",
+            "post_reward",
+        )
     ),
     "lay-out": ((Environments, "prepare"),),
     "final workspace saved": ((final_workspace, "save_or_note"),),
@@ -234,6 +242,7 @@ def main() -> None:
                     phases,
                 )
             )
+        admin_rows = _admin_side_by_side(proxy.admin, args.rollouts, args.concurrency)
     print(
         f"{args.rollouts} rollouts of a trivial task at concurrency {args.concurrency}, "
         f"{os.cpu_count()} cores"
@@ -257,7 +266,91 @@ def main() -> None:
         f"{added[container.name]:.1f} ms; every rollout checked for its path"
     )
     _breakdown(args.rollouts, rows[1:])
+    _print_admin(admin_rows, args.concurrency)
     shutil.rmtree(tmp, ignore_errors=True)
+
+
+@dataclass
+class AdminRow:
+    name: str
+    requests: int
+    walls: list[float]  # per rollout: its own admin calls
+    cpu_s: float  # this process's CPU (the proxy's and the client's: both run here)
+    rollouts: int
+
+
+def _admin_side_by_side(admin: ProxyAdmin, n: int, concurrency: int) -> list[AdminRow]:
+    """A run's admin traffic alone, side by side on the same proxy: one call per record
+    (``queued``, registration, the agent's end, ``verified``, the reward: the orchestrator
+    before issue 50, item 4) against the orchestrator's own calls now
+    (:meth:`ProxyAdmin.record_phases` for the queue, then registration, the agent's end and
+    ``verified`` carrying the reward). Proof of path: each request is counted where it is sent
+    (``ProxyAdmin._call``)."""
+    sent: list[str] = []
+    raw_call = ProxyAdmin._call
+
+    @functools.wraps(raw_call)
+    def counted(self: ProxyAdmin, method: str, path: str, *a: Any, **k: Any) -> dict[str, Any]:
+        sent.append(path)
+        return raw_call(self, method, path, *a, **k)
+
+    setattr(ProxyAdmin, "_call", counted)  # noqa: B010 (wrapped for this process only)
+    try:
+        return [_admin_run(admin, n, concurrency, batched, sent) for batched in (False, True)]
+    finally:
+        setattr(ProxyAdmin, "_call", raw_call)  # noqa: B010
+
+
+def _admin_run(
+    admin: ProxyAdmin, n: int, concurrency: int, batched: bool, sent: list[str]
+) -> AdminRow:
+    run = f"admin-{'batched' if batched else 'percall'}-{time.monotonic_ns()}"
+    ids = [f"{run}-{i}" for i in range(n)]
+    costs = {"agent_s": 0.1, "verifier_s": 0.05, "wall_s": 0.2}
+    sent.clear()
+    cpu0, walls = time.process_time(), [0.0] * n
+    queued = [Phase(r, RolloutPhase.QUEUED, task_id="t", group_id=run) for r in ids]
+    t0 = time.perf_counter()
+    if batched:
+        admin.record_phases(queued)
+    else:
+        for q in queued:
+            admin.record_phase(q.rollout_id, q.phase, task_id=q.task_id, group_id=q.group_id)
+    queue_s = (time.perf_counter() - t0) / n  # each rollout's share
+
+    def one(i: int) -> None:
+        start, rollout_id = time.perf_counter(), ids[i]
+        admin.register_rollout(rollout_id, task_id="t", group_id=run, harness="oracle")
+        admin.finish_rollout(rollout_id, RolloutPhase.FINISHED, exit_code=0, backend="local")
+        scored = Reward(1.0, {"tests": 1.0}, "t@1", "ok")
+        if batched:
+            admin.record_phase(rollout_id, RolloutPhase.VERIFIED, costs=costs, reward=scored)
+        else:
+            admin.record_phase(rollout_id, RolloutPhase.VERIFIED, costs=costs)
+            admin.post_reward(rollout_id, 1.0, components={"tests": 1.0}, verifier="t@1",
+                              verifier_output="ok")  # fmt: skip
+        walls[i] = time.perf_counter() - start + queue_s
+
+    with ThreadPoolExecutor(concurrency) as pool:
+        list(pool.map(one, range(n)))
+    name = "batched (now)" if batched else "one call per record (before)"
+    return AdminRow(name, len(sent), walls, time.process_time() - cpu0, n)
+
+
+def _print_admin(rows: list[AdminRow], concurrency: int) -> None:
+    print(f"\nAdmin calls alone, side by side on the same proxy, concurrency {concurrency}:\n")
+    print("| admin traffic | requests / rollout | p50 ms / rollout | p99 ms | CPU ms / rollout |")
+    print("|---|---|---|---|---|")
+    for r in rows:
+        print(
+            f"| {r.name} | {r.requests / r.rollouts:.2f} | {_pct(r.walls, 0.5):.1f} | "
+            f"{_pct(r.walls, 0.99):.1f} | {r.cpu_s / r.rollouts * 1000:.1f} |"
+        )
+    before, now = rows
+    print(
+        f"batched vs one call per record: CPU {now.cpu_s / before.cpu_s:.2f}x, p50 "
+        f"{_pct(now.walls, 0.5) / _pct(before.walls, 0.5):.2f}x"
+    )
 
 
 def _breakdown(n: int, rows: list[Row]) -> None:

@@ -14,7 +14,8 @@ routes are documented in ``proxy/app.py``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
@@ -49,6 +50,59 @@ class Registration:
     base_url: str | None = None  # with --workers: the URL of the worker that owns the rollout
     worker: int | None = None  # and its index
     unix_socket: str | None = None  # and its Unix socket (the front's --uds given), for sandboxes
+
+
+@dataclass(frozen=True, slots=True)
+class Reward:
+    """A rollout's reward as the verifier gave it (the body of ``POST .../reward``)."""
+
+    reward: float
+    components: dict[str, float] = field(default_factory=dict)
+    verifier: str | None = None
+    verifier_output: str | None = None
+
+    def body(self) -> dict[str, Any]:
+        return _given(
+            reward=self.reward,
+            components=self.components,
+            verifier=self.verifier,
+            verifier_output=self.verifier_output,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Phase:
+    """An orchestrator phase of a rollout, as :meth:`ProxyAdmin.record_phases` sends it."""
+
+    rollout_id: str
+    phase: RolloutPhase
+    message: str | None = None
+    task_id: str | None = None
+    group_id: str | None = None
+    harness: str | None = None
+    backend: str | None = None
+    metadata: dict[str, str] | None = None
+    costs: dict[str, float] | None = None
+    reward: Reward | None = None
+
+    def body(self) -> dict[str, Any]:
+        return _given(
+            rollout_id=self.rollout_id,
+            phase=self.phase.value,
+            message=self.message,
+            task_id=self.task_id,
+            group_id=self.group_id,
+            harness=self.harness,
+            backend=self.backend,
+            metadata=self.metadata,
+            costs=self.costs,
+            reward=self.reward.body() if self.reward is not None else None,
+        )
+
+
+def _given(**fields: Any) -> dict[str, Any]:
+    """The fields that are set (a JSON body without nulls)."""
+    return {name: value for name, value in fields.items() if value is not None}
 
 
 class ProxyUnreachable(ServiceError):
@@ -179,23 +233,25 @@ class ProxyAdmin:
         backend: str | None = None,
         metadata: dict[str, str] | None = None,
         costs: dict[str, float] | None = None,
-    ) -> None:
+        reward: Reward | None = None,
+    ) -> str | None:
         """Record an orchestrator phase (queued, verified, infra_failed) of a rollout, with what
         its attempt cost (``costs``: :data:`schemas.rollout.COSTS`); the proxy need not know the
-        rollout yet."""
-        body: dict[str, Any] = {"phase": phase.value}
-        for name, value in (
-            ("message", message),
-            ("task_id", task_id),
-            ("group_id", group_id),
-            ("harness", harness),
-            ("backend", backend),
-            ("metadata", metadata),
-            ("costs", costs),
-        ):
-            if value is not None:
-                body[name] = value
-        self._call("POST", f"/admin/rollouts/{rollout_id}/phase", body)
+        rollout yet. A verified phase may carry the rollout's ``reward``, recorded with it in
+        one write: then the reward's event id is returned (else None)."""
+        body = Phase(
+            rollout_id, phase, message, task_id, group_id, harness, backend, metadata, costs,
+            reward,
+        ).body()  # fmt: skip
+        answer = self._call("POST", f"/admin/rollouts/{rollout_id}/phase", body)
+        event_id = answer.get("reward_event_id")
+        return str(event_id) if event_id is not None else None
+
+    def record_phases(self, phases: Sequence[Phase]) -> None:
+        """Record many queued or verified phases in one request (a run's queue): all or, if
+        the proxy refuses one, none (a worker pool: none of the refusing worker's)."""
+        if phases:
+            self._call("POST", "/admin/rollouts/phases", {"phases": [p.body() for p in phases]})
 
     def post_reward(
         self,
@@ -208,11 +264,7 @@ class ProxyAdmin:
     ) -> str:
         """Record the rollout's reward (a RewardEvent, admin token only); returns its event
         id."""
-        body: dict[str, Any] = {"reward": reward, "components": components or {}}
-        if verifier is not None:
-            body["verifier"] = verifier
-        if verifier_output is not None:
-            body["verifier_output"] = verifier_output
+        body = Reward(reward, components or {}, verifier, verifier_output).body()
         return str(self._call("POST", f"/rollout/{rollout_id}/reward", body)["event_id"])
 
     def policy_version(self) -> int:

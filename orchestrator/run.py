@@ -2,7 +2,8 @@
 
 Per rollout (one attempt):
 
-1. ``queued`` is recorded when it is planned; it waits for one of ``concurrency`` slots.
+1. ``queued`` is recorded when it is planned (the run's rollouts in one request); it waits
+   for one of ``concurrency`` slots.
 2. The proxy registers it and mints its key (``started``): the key is all the agent gets.
    Behind a proxy pool the answer also names the worker that owns the rollout; the backend
    points the harness at that worker (its URL, or its Unix socket for a sandbox), so the
@@ -11,8 +12,11 @@ Per rollout (one attempt):
    timeout; the agent's end (``finished`` / ``failed`` / ``timed_out``, exit code) is recorded
    with the proxy, which closes the rollout to further calls.
 4. The backend runs the verifier in a fresh sandbox; ``verified`` and the RewardEvent (with the
-   verifier's components) are recorded with the admin credential, which only the orchestrator
-   holds.
+   verifier's components) are recorded together, in one request and one write, with the admin
+   credential, which only the orchestrator holds.
+
+So a rollout costs three admin calls (registration, the agent's end, verified with its
+reward) and its share of the run's one ``queued`` request.
 
 Errors are told apart once, by what another attempt could change:
 
@@ -43,7 +47,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from infra.harnesses import Harness
-from infra.proxy_client import Finished, ProxyAdmin
+from infra.proxy_client import Finished, Phase, ProxyAdmin, Reward
 from infra.tasks import Task
 from orchestrator.backend import AgentEnd, RolloutBackend, RolloutJob, Verified
 from orchestrator.costs import CostMeter
@@ -145,8 +149,7 @@ class Orchestrator:
         self._stopped.clear()
         self._update(planned=len(planned), queued=len(planned))
         self._queued_at = time.monotonic()
-        for p in planned:
-            self._phase(p, p.rollout_id(1), RolloutPhase.QUEUED)
+        self.admin.record_phases([self._queued(p, p.rollout_id(1)) for p in planned])
         outcomes: list[RolloutOutcome] = []
         pending = list(planned)
         with ThreadPoolExecutor(self.config.concurrency, thread_name_prefix="rollout") as pool:
@@ -183,6 +186,7 @@ class Orchestrator:
         message: str | None = None,
         costs: dict[str, float] | None = None,
         metadata: dict[str, str] | None = None,
+        reward: Reward | None = None,
     ) -> None:
         self.admin.record_phase(
             rollout_id,
@@ -194,6 +198,17 @@ class Orchestrator:
             backend=self.backend.name,
             costs=costs,
             metadata=metadata,
+            reward=reward,
+        )
+
+    def _queued(self, p: PlannedRollout, rollout_id: str) -> Phase:
+        return Phase(
+            rollout_id,
+            RolloutPhase.QUEUED,
+            task_id=p.task.id,
+            group_id=p.group_id,
+            harness=self.harness.name,
+            backend=self.backend.name,
         )
 
     def _rollout(self, p: PlannedRollout) -> RolloutOutcome:
@@ -343,13 +358,14 @@ class Orchestrator:
         meter.add("agent_s", verified.agent.duration_s)
         meter.add("verifier_s", verified.verifier_duration_s)
         meter.add("wall_s", time.monotonic() - start)
-        self._phase(p, rollout_id, RolloutPhase.VERIFIED, message=source, costs=meter.costs)
-        self.admin.post_reward(
-            rollout_id,
+        scored = Reward(
             reward.reward,
-            components=dict(reward.components),
-            verifier=f"{p.task.id}@{p.task.version}",
-            verifier_output=verified.verifier_output,
+            dict(reward.components),
+            f"{p.task.id}@{p.task.version}",
+            verified.verifier_output,
+        )  # recorded with its verified phase, in one write
+        self._phase(
+            p, rollout_id, RolloutPhase.VERIFIED, message=source, costs=meter.costs, reward=scored
         )
         with self._lock:
             self.counts.rewards.append(reward.reward)

@@ -1,16 +1,11 @@
-"""The orchestrator's and trainer's routes: rollouts, rewards, policy version, pause, health.
+"""The orchestrator's and trainer's routes: rollouts, policy version, pause, health (the
+orchestrator's phases: :mod:`proxy.phases`; rewards: :mod:`proxy.rewards`).
 
     POST /admin/rollouts                      register a rollout, mint its key;
                                               ``"record": false``: serve its calls, publish
                                               nothing of it (no event, no episode)
     POST /admin/rollouts/{rollout_id}/finish  record its end (RolloutEvent); evicts it;
                                               a repeated finish answers the same, records nothing
-    POST /admin/rollouts/{rollout_id}/phase   record an orchestrator phase: queued, verified,
-                                              infra_failed (which also evicts a live rollout)
-    POST /rollout/{rollout_id}/reward         record a RewardEvent (also after the rollout ends)
-    POST /sessions/{session}/reward           the same, to an open-mode session's rollout
-    POST /responses/{response_id}/reward      the same, to the rollout that answered with that
-                                              id (``chatcmpl-``, ``resp_``, ``msg_``)
     GET|POST /admin/policy                    read or set the policy version
     POST /admin/pause, /admin/resume          gate new calls during a weight swap; a pause
                                               ends by itself after ``{"timeout_s": N}`` or
@@ -30,7 +25,6 @@ and 503 while the publisher cannot record (as calls do), before anything changes
 from __future__ import annotations
 
 import asyncio
-import math
 import uuid
 from typing import Any
 
@@ -38,16 +32,13 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from proxy.attribution import read_body, request_key
-from proxy.credentials import check_admin, check_feedback
+from proxy.admin_fields import body_of, finite_number, opt_str, optional_body
+from proxy.attribution import request_key
+from proxy.credentials import check_admin
 from proxy.errors import ProxyError
-from proxy.recording import now_us
-from proxy.response_ids import rollout_of
 from proxy.state import ProxyState
 from proxy.swap_state import forget_pause, remember, remember_pause
 from schemas.enums import RolloutPhase
-from schemas.reward import RewardEvent
-from schemas.rollout import COSTS
 
 
 def require_admin(state: ProxyState, request: Request) -> None:
@@ -55,100 +46,10 @@ def require_admin(state: ProxyState, request: Request) -> None:
     check_admin(state.config, request_key(request))
 
 
-def _opt_str(body: dict[str, Any], name: str) -> str | None:
-    value = body.get(name)
-    if value is not None and not isinstance(value, str):
-        raise ProxyError(400, f"'{name}' must be a string", param=name)
-    return value
-
-
-def _finite_number(value: object) -> bool:
-    """A JSON number (not a bool) that is a finite float64."""
-    if not isinstance(value, int | float) or isinstance(value, bool):
-        return False
-    try:
-        return math.isfinite(float(value))
-    except OverflowError:  # an integer beyond float64
-        return False
-
-
-async def _optional_body(state: ProxyState, request: Request) -> dict[str, Any]:
-    return await read_body(state, request, admin=True, optional=True)
-
-
-async def _body(state: ProxyState, request: Request) -> dict[str, Any]:
-    return await read_body(state, request, admin=True)
-
-
-async def reward(state: ProxyState, request: Request) -> Response:
-    """A reward for the rollout in the path, from the admin or the feedback credential (never
-    the rollout's own key: the agent cannot score itself)."""
-    who = check_feedback(state.config, request_key(request))
-    return await _reward(state, request, request.path_params["rollout_id"], who)
-
-
-async def session_reward(state: ProxyState, request: Request) -> Response:
-    """A reward (late feedback) for an open-mode session: its live rollout, else its last
-    ended one while the proxy remembers it; 404 otherwise (post by rollout id then)."""
-    who = check_feedback(state.config, request_key(request))
-    identity = request.path_params["session"]
-    rollout_id = state.rollouts.latest_of_session(identity)
-    if rollout_id is None:
-        raise ProxyError(
-            404,
-            f"no rollout of session {identity!r} is live or remembered: post the reward to "
-            "/rollout/{rollout_id}/reward (the session's rollouts carry metadata.session)",
-            code="session_not_found",
-        )
-    return await _reward(state, request, rollout_id, who)
-
-
-async def response_reward(state: ProxyState, request: Request) -> Response:
-    """A reward (feedback) for the rollout whose call answered with the response id in the path
-    (:mod:`proxy.response_ids`): any time later, whether or not the proxy remembers it."""
-    who = check_feedback(state.config, request_key(request))
-    response = request.path_params["response_id"]
-    rollout_id = rollout_of(response)
-    if rollout_id is None:
-        raise ProxyError(
-            404,
-            f"{response!r} is not a response id this proxy answered with (chatcmpl-..., resp_..., "
-            "msg_...): post the reward by rollout or session",
-            code="response_not_found",
-        )
-    return await _reward(state, request, rollout_id, who)
-
-
-async def _reward(state: ProxyState, request: Request, rollout_id: str, who: str) -> Response:
-    live, done = state.rollouts.get(rollout_id), state.rollouts.finished(rollout_id)
-    body = await _body(state, request)
-    value = body.get("reward")
-    if not isinstance(value, int | float) or not _finite_number(value):
-        raise ProxyError(400, "'reward' must be a finite number", param="reward")
-    components = body.get("components") or {}
-    if not isinstance(components, dict) or not all(_finite_number(v) for v in components.values()):
-        raise ProxyError(400, "'components' must map names to finite numbers", param="components")
-    for name in ("verifier", "verifier_output", "task_id", "event_id"):
-        _opt_str(body, name)
-    event = RewardEvent(
-        event_id=str(body.get("event_id") or f"rw_{uuid.uuid4().hex}"),
-        rollout_id=rollout_id,
-        reward=float(value),
-        at_us=now_us(),
-        task_id=body.get("task_id") or (live.task_id if live else done.task_id if done else None),
-        components={str(k): float(v) for k, v in components.items()},
-        verifier=body.get("verifier") or ("feedback" if who == "feedback" else None),
-        verifier_output=body.get("verifier_output"),
-    )
-    state.recorder.check()
-    await state.recorder.durable(state.recorder.reward(event, live or done))
-    return JSONResponse({"event_id": event.event_id, "rollout_id": rollout_id}, status_code=201)
-
-
 async def create_rollout(state: ProxyState, request: Request) -> Response:
     require_admin(state, request)
-    body = await _optional_body(state, request)
-    rollout_id = _opt_str(body, "rollout_id") or f"ro-{uuid.uuid4().hex[:16]}"
+    body = await optional_body(state, request)
+    rollout_id = opt_str(body, "rollout_id") or f"ro-{uuid.uuid4().hex[:16]}"
     if "/" in rollout_id or not rollout_id.strip():
         raise ProxyError(
             400, "'rollout_id' must be non-empty and contain no '/'", param="rollout_id"
@@ -169,10 +70,10 @@ async def create_rollout(state: ProxyState, request: Request) -> Response:
     rollout = state.rollouts.create(
         rollout_id,
         mint_key=bool(body.get("mint_key", True)),
-        task_id=_opt_str(body, "task_id"),
-        group_id=_opt_str(body, "group_id"),
-        harness=_opt_str(body, "harness"),
-        harness_version=_opt_str(body, "harness_version"),
+        task_id=opt_str(body, "task_id"),
+        group_id=opt_str(body, "group_id"),
+        harness=opt_str(body, "harness"),
+        harness_version=opt_str(body, "harness_version"),
         metadata={str(k): str(v) for k, v in metadata.items()},
         record=record,
     )
@@ -203,7 +104,7 @@ async def finish_rollout(state: ProxyState, request: Request) -> Response:
             }
             return JSONResponse(again)
         raise ProxyError(404, f"unknown rollout {rollout_id!r}: register it first")
-    body = await _optional_body(state, request)
+    body = await optional_body(state, request)
     try:
         phase = RolloutPhase(body.get("phase", "finished"))
     except ValueError:
@@ -218,7 +119,7 @@ async def finish_rollout(state: ProxyState, request: Request) -> Response:
         and -(2**31) <= raw_code < 2**31
     ):
         exit_code = raw_code
-    backend, message = _opt_str(body, "backend"), _opt_str(body, "message")
+    backend, message = opt_str(body, "backend"), opt_str(body, "message")
     state.recorder.check()
     await state.end(rollout, phase, backend=backend, exit_code=exit_code, message=message)
     answer: dict[str, Any] = {
@@ -232,79 +133,10 @@ async def finish_rollout(state: ProxyState, request: Request) -> Response:
     return JSONResponse(answer)
 
 
-# Phases the orchestrator reports beside the proxy's own (started on registration, the agent's
-# end on finish): before registration, after verification, and infrastructure failures.
-ORCHESTRATOR_PHASES = (RolloutPhase.QUEUED, RolloutPhase.VERIFIED, RolloutPhase.INFRA_FAILED)
-
-
-async def record_phase(state: ProxyState, request: Request) -> Response:
-    """Record an orchestrator lifecycle phase of a rollout (known to the proxy or not yet)."""
-    require_admin(state, request)
-    rollout_id = request.path_params["rollout_id"]
-    body = await _body(state, request)
-    names = ", ".join(p.value for p in ORCHESTRATOR_PHASES)
-    try:
-        phase = RolloutPhase(str(body.get("phase")))
-    except ValueError:
-        raise ProxyError(400, f"'phase' must be one of {names}", param="phase") from None
-    if phase not in ORCHESTRATOR_PHASES:
-        raise ProxyError(400, f"'phase' must be one of {names}", param="phase")
-    metadata = body.get("metadata") or {}
-    if not isinstance(metadata, dict):
-        raise ProxyError(400, "'metadata' must be an object", param="metadata")
-    costs = _costs(body.get("costs"))
-    live, done = state.rollouts.get(rollout_id), state.rollouts.finished(rollout_id)
-    fields = {
-        n: _opt_str(body, n) for n in ("task_id", "group_id", "harness", "backend", "message")
-    }
-    state.recorder.check()
-    extra = {str(k): str(v) for k, v in metadata.items()}
-    if live is not None and phase is RolloutPhase.INFRA_FAILED:
-        await state.end(
-            live, phase, backend=fields["backend"], message=fields["message"], metadata=extra
-        )
-        return JSONResponse({"rollout_id": rollout_id, "phase": phase.value}, status_code=201)
-    receipt = state.recorder.phase(
-        rollout_id,
-        phase,
-        live or done,
-        task_id=fields["task_id"] or (live.task_id if live else done.task_id if done else None),
-        group_id=fields["group_id"] or (live.group_id if live else None),
-        harness=fields["harness"] or (live.harness if live else None),
-        backend=fields["backend"],
-        message=fields["message"],
-        metadata=extra,
-        costs=costs,
-    )
-    await state.recorder.durable(receipt)
-    return JSONResponse({"rollout_id": rollout_id, "phase": phase.value}, status_code=201)
-
-
-def _costs(value: object) -> dict[str, float]:
-    """``costs``: an object of documented cost names (schemas.rollout.COSTS) to finite numbers
-    of at least 0; absent or null is none."""
-    if value is None:
-        return {}
-    names = ", ".join(COSTS)
-    if not isinstance(value, dict):
-        raise ProxyError(400, f"'costs' must be an object of {names} to numbers", param="costs")
-    out: dict[str, float] = {}
-    for name, number in value.items():
-        if name not in COSTS:
-            raise ProxyError(400, f"'costs' has {name!r}; known: {names}", param="costs")
-        ok = isinstance(number, int | float) and not isinstance(number, bool)
-        if not ok or not math.isfinite(number) or number < 0:
-            raise ProxyError(
-                400, f"'costs.{name}' must be a finite number >= 0, not {number!r}", param="costs"
-            )
-        out[name] = float(number)
-    return out
-
-
 async def policy(state: ProxyState, request: Request) -> Response:
     if request.method == "POST":
         require_admin(state, request)
-        body = await _body(state, request)
+        body = await body_of(state, request)
         version = body.get("version")
         if not isinstance(version, int) or isinstance(version, bool) or not 0 <= version < 2**63:
             raise ProxyError(400, "'version' must be an integer from 0 to 2^63-1", param="version")
@@ -334,14 +166,14 @@ async def pause(state: ProxyState, request: Request) -> Response:
     no call is in flight: the answer's ``in_flight`` is 0 once every call admitted before the
     pause has ended, and ``paused`` says the gate is still closed."""
     require_admin(state, request)
-    body = await _optional_body(state, request)
+    body = await optional_body(state, request)
     timeout = body.get("timeout_s", state.config.pause_timeout)
-    if not _finite_number(timeout) or not 0 < timeout <= 86_400:
+    if not finite_number(timeout) or not 0 < timeout <= 86_400:
         raise ProxyError(
             400, "'timeout_s' must be seconds, above 0 and at most 86400", param="timeout_s"
         )
     drain = body.get("drain_s")
-    if drain is not None and (not _finite_number(drain) or not 0 <= drain <= 86_400):
+    if drain is not None and (not finite_number(drain) or not 0 <= drain <= 86_400):
         raise ProxyError(400, "'drain_s' must be seconds, from 0 to 86400", param="drain_s")
     await asyncio.to_thread(remember_pause, state.config.spool_dir, float(timeout))
     state.gate.pause(float(timeout))

@@ -13,14 +13,17 @@ by rollout key or, in open mode, by session identity):
     POST /responses/{response_id}/reward               the same, to the rollout of a response id
     POST /admin/rollouts                               register a rollout, mint its key
     POST /admin/rollouts/{rollout_id}/finish           record its end (RolloutEvent)
-    POST /admin/rollouts/{rollout_id}/phase            record queued / verified / infra_failed
+    POST /admin/rollouts/{rollout_id}/phase            record queued / verified / infra_failed;
+                                                       a verified phase may carry the reward
+    POST /admin/rollouts/phases                        many queued / verified phases at once
     GET|POST /admin/policy                             read or set the policy version
     POST /admin/pause, /admin/resume                   gate new calls during a weight swap
                                                        (a pause ends by itself after a timeout;
                                                        it can wait for the calls in flight)
     GET  /health, /metrics
 
-Handlers live in :mod:`proxy.calls`, :mod:`proxy.model_info` and :mod:`proxy.admin`. Every
+Handlers live in :mod:`proxy.calls`, :mod:`proxy.model_info`, :mod:`proxy.admin`,
+:mod:`proxy.phases` and :mod:`proxy.rewards`. Every
 error is a JSON body in the caller's dialect, also an unknown route (404), a wrong method (405)
 and a bug (500): the dialect of the path's prefix (``/v1/messages...`` or an
 ``anthropic-version`` header: Anthropic; else OpenAI).
@@ -51,7 +54,7 @@ from infra.eventlog import (
     message_limit,
     open_writer,
 )
-from proxy import admin, calls, model_info
+from proxy import admin, calls, model_info, phases, rewards
 from proxy.config import ProxyConfig
 from proxy.credentials import ensure_admin_token
 from proxy.dialects.base import Dialect, error_response
@@ -105,14 +108,15 @@ def routes() -> list[Route]:
         ]
     return [
         *out,
-        Route("/rollout/{rollout_id}/reward", _guard(admin.reward), methods=["POST"]),
-        Route("/sessions/{session}/reward", _guard(admin.session_reward), methods=["POST"]),
-        Route("/responses/{response_id}/reward", _guard(admin.response_reward), methods=["POST"]),
+        Route("/rollout/{rollout_id}/reward", _guard(rewards.reward), methods=["POST"]),
+        Route("/sessions/{session}/reward", _guard(rewards.session_reward), methods=["POST"]),
+        Route("/responses/{response_id}/reward", _guard(rewards.response_reward), methods=["POST"]),
         Route("/admin/rollouts", _guard(admin.create_rollout), methods=["POST"]),
         Route(
             "/admin/rollouts/{rollout_id}/finish", _guard(admin.finish_rollout), methods=["POST"]
         ),
-        Route("/admin/rollouts/{rollout_id}/phase", _guard(admin.record_phase), methods=["POST"]),
+        Route("/admin/rollouts/phases", _guard(phases.record_phases), methods=["POST"]),
+        Route("/admin/rollouts/{rollout_id}/phase", _guard(phases.record_phase), methods=["POST"]),
         Route("/admin/policy", _guard(admin.policy), methods=["GET", "POST"]),
         Route("/admin/pause", _guard(admin.pause), methods=["POST"]),
         Route("/admin/resume", _guard(admin.resume), methods=["POST"]),

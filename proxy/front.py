@@ -12,6 +12,8 @@ Served on the proxy's own address (``--port``, ``--uds``), in front of the worke
                                     forwarded to the rollout's worker (a phase or reward of a
                                     rollout no worker has: to worker ``crc32(id) % N``; of an
                                     open-mode session's rollout: its session's worker)
+    POST /admin/rollouts/phases     split by owner: each worker gets its rollouts' phases in
+                                    one request; the answers joined in the order asked
     POST /sessions/{session}/reward forwarded to the session's worker
     POST /responses/{id}/reward     forwarded to the worker of the rollout the id names
     GET|POST /admin/policy, POST /admin/pause, /admin/resume
@@ -104,6 +106,13 @@ class Front:
             or key
             or ""
         )
+        return self.workers[zlib.crc32(basis.encode()) % len(self.workers)]
+
+    def owner_of(self, rollout_id: str) -> Worker:
+        """The worker of ``rollout_id``: its owner, else by hash (as :meth:`worker_for`)."""
+        if rollout_id in self.owners:
+            return self.workers[self.owners[rollout_id]]
+        basis = _session_of(rollout_id) or rollout_id
         return self.workers[zlib.crc32(basis.encode()) % len(self.workers)]
 
     def assign(self, rollout_id: str, index: int, key: str | None) -> None:
@@ -199,6 +208,35 @@ async def to_owner(front: Front, request: Request) -> Response:
     raw = await _admin_body(front, request)
     worker = front.worker_for(request)
     return _relay(await front.send(worker, "POST", request.url.path, request, raw))
+
+
+async def phases_to_owners(front: Front, request: Request) -> Response:
+    """Many phases at once: each worker gets its rollouts' phases in one request (a rollout
+    no worker has: by hash, as :meth:`Front.owner_of`); the answer lists them in the order
+    asked. Any worker refusing: its answer (the others have recorded theirs; a phase
+    recorded twice is one event to consumers)."""
+    check_admin(front.config, request_key(request))
+    body = parse_json(await _admin_body(front, request))
+    items = body.get("phases") if isinstance(body, dict) else None
+    if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
+        raise ProxyError(400, "'phases' must be a list of objects", param="phases")
+    shares: dict[int, list[int]] = {}
+    for n, item in enumerate(items):
+        owner = front.owner_of(str(item.get("rollout_id") or ""))
+        shares.setdefault(owner.index, []).append(n)
+
+    async def send(index: int, which: list[int]) -> httpx.Response:
+        part = json.dumps({"phases": [items[n] for n in which]}).encode()
+        return await front.send(front.workers[index], "POST", request.url.path, request, part)
+
+    answers = await asyncio.gather(*(send(i, which) for i, which in shares.items()))
+    out: list[Any] = [None] * len(items)
+    for which, resp in zip(shares.values(), answers, strict=True):
+        if resp.status_code != 201:
+            return _relay(resp)
+        for n, answer in zip(which, resp.json()["phases"], strict=True):
+            out[n] = answer
+    return JSONResponse({"phases": out}, status_code=201)
 
 
 async def fan_out(front: Front, request: Request) -> Response:
@@ -320,6 +358,7 @@ def create_front(config: ProxyConfig, pool_workers: list[Worker]) -> Starlette:
     everything = ["GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS"]
     routes = [
         Route("/admin/rollouts", _guard(register), methods=["POST"]),
+        Route("/admin/rollouts/phases", _guard(phases_to_owners), methods=["POST"]),
         Route("/admin/rollouts/{rollout_id}/finish", _guard(to_owner), methods=["POST"]),
         Route("/admin/rollouts/{rollout_id}/phase", _guard(to_owner), methods=["POST"]),
         Route("/rollout/{rollout_id}/reward", _guard(to_owner), methods=["POST"]),

@@ -12,6 +12,8 @@ a caller checks before it changes anything, so a refused request leaves no trace
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from infra.image_store import ImageStore
 from proxy.canonical import Generation
 from proxy.errors import ProxyError
@@ -32,6 +34,9 @@ from schemas.codec import RolloutRecord
 from schemas.completion import CompletionEvent
 from schemas.enums import RolloutPhase
 from schemas.reward import RewardEvent
+
+# The proxy's rollout of a record's id, if it knows one (live or remembered as finished).
+Known = Rollout | FinishedRollout | None
 
 
 class Recorder:
@@ -170,13 +175,23 @@ class Recorder:
         """A reward event; ``rollout`` is the proxy's rollout of its id, if it knows one."""
         return self._publish(event, rollout)
 
-    def _publish(self, record: RolloutRecord, rollout: Rollout | FinishedRollout | None) -> Receipt:
-        if rollout is not None and not rollout.record:
-            return self.publisher.publish([])
-        if self.redactor.active:
-            record = redacted(record, self.redactor, own_secrets(rollout))
+    def many(self, records: Sequence[tuple[RolloutRecord, Known]]) -> Receipt:
+        """Records published together, in order (one write): each with the proxy's rollout of
+        its id, if it knows one; the receipt resolves when all are durable."""
+        kept = [self._kept(record, rollout) for record, rollout in records]
         self._count_redactions()
-        return self.publisher.publish([record])
+        return self.publisher.publish([r for r in kept if r is not None])
+
+    def _publish(self, record: RolloutRecord, rollout: Known) -> Receipt:
+        return self.many([(record, rollout)])
+
+    def _kept(self, record: RolloutRecord, rollout: Known) -> RolloutRecord | None:
+        """``record`` as published (redacted), or None for a rollout that records nothing."""
+        if rollout is not None and not rollout.record:
+            return None
+        if self.redactor.active:
+            return redacted(record, self.redactor, own_secrets(rollout))
+        return record
 
     def _count_redactions(self) -> None:
         if self.redactor.counts:

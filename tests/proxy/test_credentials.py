@@ -15,6 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from infra.proxy_client import Phase, Reward
 from openforge.testing import fast_upstream
 from openforge.testing.proxy import (
     RunningProxy,
@@ -24,6 +25,7 @@ from openforge.testing.proxy import (
     serve_in_thread,
 )
 from schemas.enums import RolloutPhase
+from schemas.reward import RewardEvent
 from schemas.rollout import RETRIED, RolloutEvent
 
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
@@ -100,7 +102,11 @@ def test_orchestrator_phases_are_recorded(proxy: RunningProxy) -> None:
     proxy.register(queued, task_id="t1", group_id="g1")
     admin.finish_rollout(queued, exit_code=0)
     costs = {"agent_s": 1.5, "agent_cpu_s": 0.25, "wall_s": 2.0}
-    admin.record_phase(queued, RolloutPhase.VERIFIED, message="reward.txt", costs=costs)
+    scored = Reward(0.5, {"tests": 0.5}, "t1@1", "1 of 2 passed")  # with its phase, one write
+    reward_id = admin.record_phase(
+        queued, RolloutPhase.VERIFIED, message="reward.txt", costs=costs, reward=scored
+    )
+    assert reward_id is not None and reward_id.startswith("rw_")
     proxy.register(broken, task_id="t2", metadata={"attempt": "1"})
     admin.record_phase(
         broken,
@@ -127,8 +133,35 @@ def test_orchestrator_phases_are_recorded(proxy: RunningProxy) -> None:
             headers=proxy.admin_headers,
         )
         assert refused.status_code == 400 and said in refused.json()["error"]["message"], said
+    # A reward rides only on a verified phase; a batch holds only queued and verified
+    # phases, and a bad one refuses the whole batch (nothing of it is recorded).
+    for path, body, said in (
+        (f"{queued}/phase", {"phase": "queued", "reward": {"reward": 1}}, "'reward' rides only"),
+        (f"{queued}/phase", {"phase": "verified", "reward": {"reward": "1"}}, "'reward.reward'"),
+        ("phases", {"phases": {}}, "'phases' must be a list of objects"),
+        ("phases", {"phases": [{"phase": "queued"}]}, "'phases[0].rollout_id' is missing"),
+        (
+            "phases",
+            {"phases": [{"rollout_id": "never", "phase": "queued"},
+                        {"rollout_id": "never", "phase": "infra_failed"}]},
+            "'phases[1].phase' must be one of queued, verified",
+        ),
+    ):  # fmt: skip
+        refused = httpx.post(
+            f"{proxy.url}/admin/rollouts/{path}", json=body, headers=proxy.admin_headers
+        )
+        assert refused.status_code == 400 and said in refused.json()["error"]["message"], said
+    batched = [f"m-{uuid.uuid4().hex[:6]}" for _ in range(3)]
+    admin.record_phases([Phase(r, RolloutPhase.QUEUED, task_id="t3") for r in batched])
     proxy.flush()
-    records = read_events(proxy.config.log_url, group=queued, want=6)
+    records = read_events(proxy.config.log_url, group=queued, want=10)
+    events = [r for r in records if isinstance(r, RolloutEvent)]
+    assert "never" not in {r.rollout_id for r in events}
+    assert {r.rollout_id for r in events if r.task_id == "t3"} == set(batched)
+    (rewarded,) = [r for r in records if isinstance(r, RewardEvent) and r.rollout_id == queued]
+    assert rewarded.event_id == reward_id and rewarded.components == {"tests": 0.5}
+    assert (rewarded.reward, rewarded.verifier, rewarded.task_id) == (0.5, "t1@1", "t1")
+    assert rewarded.verifier_output == "1 of 2 passed"
     phases = {
         (r.rollout_id, r.phase): r
         for r in records

@@ -18,12 +18,14 @@ from typing import Any
 
 import httpx
 
-from infra.proxy_client import ProxyAdmin
+from infra.proxy_client import Phase, ProxyAdmin, Reward
 from openforge.stack import proxy_process
 from openforge.testing import fast_upstream
 from openforge.testing.proxy import completions_of, read_events
 from openforge.threaded import serve_in_thread
-from schemas.enums import CompletionStatus
+from schemas.enums import CompletionStatus, RolloutPhase
+from schemas.reward import RewardEvent
+from schemas.rollout import RolloutEvent
 
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
 
@@ -98,9 +100,15 @@ def test_two_workers_share_the_rollouts_apply_the_admin_api_and_restart(
         )
         assert after.status_code == 200
 
-        for reg in regs:  # finish and reward go to the owner
+        for reg in regs:  # the agent's end goes to the owner
             admin.finish_rollout(reg.rollout_id, exit_code=0)
-            admin.post_reward(reg.rollout_id, 1.0)
+        admin.post_reward(regs[0].rollout_id, 1.0)  # and so does a reward
+        # Many phases in one request: each worker records its own rollouts' (a verified phase
+        # with its reward), a rollout no worker has yet goes by hash.
+        admin.record_phases(
+            [Phase(r.rollout_id, RolloutPhase.VERIFIED, reward=Reward(0.25)) for r in regs[1:]]
+            + [Phase(f"pool-{run}-queued", RolloutPhase.QUEUED, task_id="t")]
+        )
         # A reward by the id of an answer goes to the owner of the rollout that id names.
         by_response = httpx.post(
             f"{admin.url}/responses/{after.json()['id']}/reward",
@@ -149,12 +157,19 @@ def test_two_workers_share_the_rollouts_apply_the_admin_api_and_restart(
     log_text = (tmp_path / "proxy.log").read_text()
     assert "exited with status -9" in log_text and "proxy worker 1 restarted" in log_text
 
-    records = read_events(log_url, group=run, want=16)
+    records = read_events(log_url, group=run, want=25)
     calls = {r.rollout_id: completions_of(records, r.rollout_id) for r in regs}
     assert [len(calls[r.rollout_id]) for r in regs] == [1, 1, 1, 1]
     assert all(c[0].status is CompletionStatus.OK for c in calls.values())
     versions = [calls[r.rollout_id][0].policy_versions[0].version for r in regs]
     assert versions == [0, 0, 0, 7]  # the last call came after the version reached its worker
+    rewards = [r for r in records if isinstance(r, RewardEvent)]
+    assert [sorted(w.reward for w in rewards if w.rollout_id == r.rollout_id) for r in regs] == [
+        [1.0], [0.25], [0.25], [0.25, 0.5],  # the last also by the id of its answer
+    ]  # fmt: skip
+    phases = {(r.rollout_id, r.phase) for r in records if isinstance(r, RolloutEvent)}
+    assert {(r.rollout_id, RolloutPhase.VERIFIED) for r in regs[1:]} <= phases
+    assert (f"pool-{run}-queued", RolloutPhase.QUEUED) in phases
 
 
 def _auth(key: str | None) -> dict[str, str]:
