@@ -245,3 +245,24 @@ def paired(
     for label, con in faulted.items():
         rows += table(label, pair(twins, played(run(con, PAIRABLE))), faults_in(con))
     return Result(PAIRED, COLUMNS, rows)
+
+
+FATE_COLUMNS = ["rollout_id", "kind", "fate", "retries", "recover_s"]
+
+
+def add_paired_views(
+    con: duckdb.DuckDBPyConnection, clean: duckdb.DuckDBPyConnection, label: str
+) -> None:
+    """Two views on ``con`` (a faulted run's), for ``openforge query --clean``:
+    ``fault_fates``, one row per fault injected into its calls (:data:`FATE_COLUMNS`: its fate,
+    the retries of it, the seconds to recover), and ``fault_recovery``, its paired recovery
+    table against the ``clean`` run (:data:`COLUMNS`, ``run`` = ``label``)."""
+    import pyarrow as pa
+
+    fates = [(f.rollout_id, f.kind, f.fate, f.retries, f.recover_s) for f in faults_in(con)]
+    for name, columns, rows in (
+        ("fault_fates", FATE_COLUMNS, fates),
+        ("fault_recovery", COLUMNS, paired(clean, {label: con}).rows),
+    ):
+        table = pa.table({c: [row[i] for row in rows] for i, c in enumerate(columns)})
+        con.register(name, table)

@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from openforge.query.formats import OutputFormat
+
+if TYPE_CHECKING:
+    import duckdb
 
 
 def query(
@@ -43,6 +46,16 @@ def query(
     views: Annotated[
         bool, typer.Option("--views", help="List the views and their columns, then exit.")
     ] = False,
+    clean: Annotated[
+        Path | None,
+        typer.Option(
+            help="The clean twin of a faulted --run (openforge rollouts run --fault ...): adds "
+            "the views fault_fates (each injected fault, its fate, retries and seconds to "
+            "recover) and fault_recovery (recovery paired with the clean run, per harness and "
+            "fault kind, as openforge audit --compare shows it).",
+            resolve_path=True,
+        ),
+    ] = None,
 ) -> None:
     """Run SQL over a run's archive: views completions, tokens, rollouts, rewards, episodes,
     samples, forks, steps (see --views). Example:
@@ -53,7 +66,7 @@ def query(
     from schemas.errors import OpenForgeError
 
     try:
-        _query(sql, archive, run, fmt, out, max_rows, views)
+        _query(sql, archive, run, fmt, out, max_rows, views, clean)
     except OpenForgeError as exc:
         # As plain text: DuckDB's messages hold brackets that rich would read as markup.
         message = Text("error: ", style="bold red") + Text(str(exc))
@@ -69,6 +82,7 @@ def _query(
     out: Path | None,
     max_rows: int,
     views: bool,
+    clean: Path | None = None,
 ) -> None:
     from schemas.errors import ConfigError, SetupError
 
@@ -88,9 +102,23 @@ def _query(
         raise ConfigError("give the SQL to run, or --views to list the views")
     if archive is None and run is None:
         raise ConfigError("say what to query: --archive ARCHIVE_ROOT or --run RUN_DIR")
-    result = execute(open_views(archive, run=run), sql)
+    con = open_views(archive, run=run)
+    if clean is not None:
+        _add_paired(con, clean, run or archive)
+    result = execute(con, sql)
     if result is None:
         return
     rows = write_result(result, fmt, sys.stdout, out, max_rows)
     if out is not None:
         typer.echo(f"{rows} rows written to {out}", err=True)
+
+
+def _add_paired(con: duckdb.DuckDBPyConnection, clean: Path, faulted: Path | None) -> None:
+    """The paired views of ``--clean`` (:func:`openforge.audit.fault_recovery.add_paired_views`)."""
+    from openforge.audit.fault_recovery import add_paired_views
+    from openforge.audit.report import open_run
+    from schemas.errors import ConfigError
+
+    if not clean.exists():
+        raise ConfigError(f"--clean {clean}: no such run directory or archive")
+    add_paired_views(con, open_run(clean), faulted.name if faulted else "faulted")

@@ -6,6 +6,9 @@ what the runs' own records say. Then the fates and pairing as properties."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -84,6 +87,23 @@ def test_a_faulted_run_pairs_with_its_clean_twin_and_the_table_says_what_its_rec
         assert row["absorbed_recovery_rate"] == pytest.approx(rate)
     gap = sum(clean[r] - faulted[r] for r in hit) / len(hit)
     assert row["recovery_gap"] == pytest.approx(gap)
+
+    # The same through `openforge query`, as a user types it (relative paths): the paired
+    # table, and each injected fault with its fate.
+    def query(sql: str) -> list[dict[str, Any]]:
+        argv = [sys.executable, "-m", "openforge", "query", "--run", "faulted", "--clean", "clean"]
+        done = subprocess.run(
+            [*argv, "--format", "json", sql], cwd=tmp_path, capture_output=True, text=True,
+            timeout=300,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        return [json.loads(line) for line in done.stdout.splitlines()]
+
+    (queried,) = query("SELECT * FROM fault_recovery")
+    assert queried == {**row, "run": "faulted"}
+    fates = query("SELECT rollout_id, fate, retries FROM fault_fates")
+    assert {f["rollout_id"] for f in fates} == hit
+    assert {f["fate"] for f in fates} == {FATES[1]} and all(f["retries"] >= 1 for f in fates)
 
 
 _CALL = st.fixed_dictionaries(
