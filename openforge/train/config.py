@@ -89,6 +89,11 @@ class WarmStartSection:
         "first answer (0: none), then the whole sequence (both recipes)",
     )
     window_steps: int = _f(300, "SFT steps of that warmup")
+    window_max_steps: int = _f(
+        0,
+        "harness-traffic: past window_steps the warmup goes on until greedy decoding reproduces "
+        "90% of the probes' windows, at most this many steps in all (0: window_steps, no more)",
+    )
     baseline: float = _f(
         0.0,
         "harness-traffic: the noisy phase stops once the instructed file's probability, where "
@@ -283,9 +288,11 @@ class TrainConfig:
         self.pipeline.reward_policy()
         self.faults.plan()
         ws = self.warm_start
-        if min(ws.steps, ws.noisy_steps, ws.window, ws.window_steps, ws.noisy_lr) < 0:
+        counts = (ws.steps, ws.noisy_steps, ws.window, ws.window_steps, ws.window_max_steps)
+        if min(*counts, ws.noisy_lr) < 0:
             raise ConfigError(
-                "warm_start.steps, noisy_steps, window, window_steps and noisy_lr must be >= 0"
+                "warm_start.steps, noisy_steps, window, window_steps, window_max_steps and "
+                "noisy_lr must be >= 0"
             )
         positive = {
             "tasks.per_step": self.tasks.per_step,

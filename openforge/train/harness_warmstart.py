@@ -14,7 +14,10 @@ traffic, the way SFT-then-RL recipes start (issue 49).
 3. SFT (:func:`trainer.sft.fine_tune`, the harness's shared prompt prefix run once per batch) on
    correct demonstrations, first as a sequence-length warmup: ``window_steps`` steps on each
    sample from ``window`` tokens before its first answer (the instruction and the answers, the
-   harness's long system prompt and tools left out), then on the whole recorded sequences until
+   harness's long system prompt and tools left out), and with ``window_max_steps`` on from there
+   until greedy decoding reproduces 90% of the probes' windows (checked every 50 steps; that
+   many steps in all at most: how many it takes varies from one recording to the next), then
+   on the whole recorded sequences until
    teacher-forced greedy decoding reproduces 90% of 16 probe demonstrations exactly (checked
    every 50 steps; ``steps`` at most); then ``noisy_steps`` on a mix that is correct
    ``correct_fraction`` of the time (at ``noisy_lr`` when set). The warm-started policy has the
@@ -158,11 +161,12 @@ class DemoData:
         return total / len(self.forks)
 
     def exact_rate(self, model: Any) -> float:
-        """How many probes teacher-forced greedy decoding reproduces token for token."""
+        """How many probes teacher-forced greedy decoding reproduces token for token (each
+        probe windowed as the samples are, while a window is set)."""
         import torch
 
         hits = 0
-        for probe in self.probes:
+        for probe in map(self._windowed, self.probes):
             ids = torch.tensor([list(probe.ids)])
             predicted = model(input_ids=ids).logits[0, :-1].argmax(-1)
             trained = torch.tensor(list(probe.mask[1:]), dtype=torch.bool)
@@ -256,17 +260,25 @@ def _phase(
     phase: Phase,
     say: Callable[[str], None],
 ) -> Path:
-    steps = {Phase.WINDOW: ws.window_steps, Phase.EXACT: ws.steps, Phase.NOISY: ws.noisy_steps}
+    window = max(ws.window_steps, ws.window_max_steps)
+    steps = {Phase.WINDOW: window, Phase.EXACT: ws.steps, Phase.NOISY: ws.noisy_steps}
     total = steps[phase]
     what = f" (the last {data.window} tokens before the answers)" if data.window else ""
+    at = [0]  # the step reached
 
     def report(step: int, loss: float) -> None:
+        at[0] = step
         if step % 50 == 0 or step == total:
             say(f"  SFT phase {phase.value}: step {step}/{total}{what}, loss {loss:.3f}")
 
     def reproduces(model: Any) -> bool:
+        if phase is Phase.WINDOW and at[0] < ws.window_steps:
+            return False  # the warmup's own steps first; only past them is it asked
         rate = data.exact_rate(model)
-        say(f"  SFT phase 1: greedy decoding reproduces {rate:.2f} of {len(data.probes)} probes")
+        say(
+            f"  SFT phase {phase.value}: greedy decoding reproduces {rate:.2f} of "
+            f"{len(data.probes)} probes{what}"
+        )
         return rate >= EXACT_RATE
 
     def calibrated(model: Any) -> bool:
@@ -279,7 +291,7 @@ def _phase(
 
     done: Callable[[Any], bool] | None = None
     every = EXACT_CHECK_EVERY
-    if phase is Phase.EXACT:
+    if phase in (Phase.WINDOW, Phase.EXACT):
         done = reproduces
     elif phase is Phase.NOISY and ws.baseline > 0:
         done, every = calibrated, NOISY_CHECK_EVERY

@@ -20,7 +20,14 @@ from infra.harnesses import HARNESSES, NpmHarness, PromptProfile
 from openforge.stack import tiny_model
 from openforge.train.config import WarmStartRecipe, WarmStartSection
 from openforge.train.demonstrations import Demonstration, DemoSettings, record
-from openforge.train.harness_warmstart import DemoData, cache_key, fork, harness_warm_start
+from openforge.train.harness_warmstart import (
+    DemoData,
+    Phase,
+    _phase,
+    cache_key,
+    fork,
+    harness_warm_start,
+)
 from openforge.train.teacher import TARGET
 from schemas.completion import CompletionEvent
 from schemas.delta import Reconstructor
@@ -129,6 +136,37 @@ def test_the_warm_started_model_is_keyed_by_its_demonstrations(model_dir: Path) 
     for phase in (1, 2):
         keys = {cache_key(model_dir, ws, harness, demos, phase) for demos in ("d1", "d2")}
         assert len(keys) == 2
+
+
+def test_the_window_warmup_goes_on_past_its_steps_only_until_its_windows_are_reproduced(
+    model_dir: Path, tmp_path: Path
+) -> None:
+    """``window_max_steps``: past ``window_steps``, the warmup is asked every 50 steps whether
+    greedy decoding reproduces the probes' windows, and stops at the first yes (or at the
+    maximum); never asked before its own steps are done."""
+    tok = AutoTokenizer.from_pretrained(str(model_dir))
+    demos = []
+    for i, word in enumerate(["water", "code", "file", "the"]):
+        prompt = tok.encode(" ".join(["filler"] * 40) + f" write {word} now")
+        answer = tok.encode(f" echo {word}")
+        ids, mask = prompt + answer, [0] * len(prompt) + [1] * len(answer)
+        demos.append(Demonstration(f"r{i}", word, True, [(ids, mask)]))
+    data = DemoData(demos, probes=4, seed=0)
+    data.window = 8  # the probes are windowed as the samples are
+    assert all(list(p.mask).index(1) == 8 for p in map(data._windowed, data.probes))
+    said: list[str] = []
+    ws = WarmStartSection(
+        recipe=WarmStartRecipe.HARNESS_TRAFFIC, batch=4, window=8, window_steps=100,
+        window_max_steps=400, lr=3e-3,
+    )  # fmt: skip
+    _phase(model_dir, tmp_path / "warm", data, ws, Phase.WINDOW, said.append)
+    asked = [s for s in said if "greedy decoding reproduces" in s]
+    steps = [int(s.split("step ")[1].split("/")[0]) for s in said if " step " in s]
+    # Asked every 50 steps from step 100 on (not at 50: the warmup's own steps come first).
+    assert asked and "phase 1a" in asked[0] and steps[-1] <= 400
+    assert len(asked) == steps[-1] // 50 - 1, said
+    rates = [float(s.split("reproduces ")[1].split(" ")[0]) for s in asked]
+    assert all(r < 0.9 for r in rates[:-1]) and (rates[-1] >= 0.9 or steps[-1] == 400), said
 
 
 def test_no_correct_demonstration_is_an_error() -> None:
