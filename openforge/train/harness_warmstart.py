@@ -45,7 +45,6 @@ import hashlib
 import inspect
 import json
 import random
-import shutil
 from collections.abc import Callable, Sequence
 from enum import Enum
 from pathlib import Path
@@ -95,11 +94,18 @@ def _digest(key: dict[str, Any]) -> str:
 def cache_key(
     base: Path, ws: WarmStartSection, harness: Harness, demos: str, phase: int = 2
 ) -> str:
-    """What decides the warm-started model (``phase=1``: the exact phase's model alone): the
-    demonstrations it is fine-tuned on (``demos``, their :func:`demos_key`) and the settings."""
+    """What decides the warm-started model (``phase=1``: the exact phase's model alone;
+    ``phase=0``: the window warmup's): the demonstrations it is fine-tuned on (``demos``, their
+    :func:`demos_key`) and the settings of its phases."""
     settings = {k: str(v) for k, v in vars(ws).items()}
-    if phase == 1:  # the noisy phase's settings do not decide the exact phase's model
-        for name in ("noisy_steps", "correct_fraction", "baseline", "noisy_lr"):
+    later = {
+        0: ("steps", "exact_lr", "noisy_steps", "correct_fraction", "baseline", "noisy_lr"),
+        1: ("noisy_steps", "correct_fraction", "baseline", "noisy_lr"),
+    }  # the settings of later phases do not decide an earlier phase's model
+    for name in later.get(phase, ()):
+        settings.pop(name)
+    for name in ("exact_lr", "window_max_steps"):  # settings added later, at their default
+        if settings.get(name) in ("0", "0.0"):  # (off): the key they had before, kept
             settings.pop(name)
     # format 2: the probes and forks read each demonstration's acting sample, not its first
     key = {**_harness_key(base, harness), "warm_start": settings, "phase": phase, "format": 2}
@@ -208,12 +214,14 @@ def harness_warm_start(
         current = base
         if ws.window and ws.window_steps:
             data.window = ws.window
-            warmup = exact.with_name(f"{exact.name}-window")
-            current = _phase(current, warmup, data, ws, Phase.WINDOW, say)
+            key0 = cache_key(base, ws, harness, demos_id, phase=0)
+            current = cache / f"warm-{harness.name}-window-{key0}"
+            if (current / "config.json").exists():  # another whole-sequence recipe after it
+                say(f"  SFT phase 1a: reusing {current}")
+            else:
+                _phase(base, current, data, ws, Phase.WINDOW, say)
             data.window = 0
         _phase(current, exact, data, ws, Phase.EXACT, say)
-        if current != base:  # the warmup's model is a step on the way, not kept in the cache
-            shutil.rmtree(current, ignore_errors=True)
     data.correct_fraction = ws.correct_fraction
     return _phase(exact, out, data, ws, Phase.NOISY, say)
 
@@ -296,6 +304,7 @@ def _phase(
     elif phase is Phase.NOISY and ws.baseline > 0:
         done, every = calibrated, NOISY_CHECK_EVERY
     seed = ws.seed + list(Phase).index(phase)
-    lr = ws.noisy_lr if phase is Phase.NOISY and ws.noisy_lr > 0 else ws.lr
+    own = {Phase.EXACT: ws.exact_lr, Phase.NOISY: ws.noisy_lr}.get(phase, 0.0)
+    lr = own if own > 0 else ws.lr
     cfg = SFTConfig(steps=total, batch=ws.batch, lr=lr, seed=seed)
     return fine_tune(model_dir, out, data, cfg, on_step=report, done=done, check_every=every)

@@ -6,6 +6,7 @@ verifier's reward; a few SFT steps on them make a model vLLM can load."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 from pathlib import Path
@@ -133,9 +134,30 @@ def test_the_warm_started_model_is_keyed_by_its_demonstrations(model_dir: Path) 
     a cached one fine-tuned on the old recordings is never reused."""
     harness = HARNESSES["openclaw"](prompt=PromptProfile.LEAN)  # type: ignore[call-arg]
     ws = WarmStartSection(recipe=WarmStartRecipe.HARNESS_TRAFFIC)
-    for phase in (1, 2):
+    for phase in (0, 1, 2):
         keys = {cache_key(model_dir, ws, harness, demos, phase) for demos in ("d1", "d2")}
         assert len(keys) == 2
+
+
+def test_each_phase_is_keyed_by_its_own_settings_and_the_earlier_phases(model_dir: Path) -> None:
+    """The window warmup's model (phase 0) does not depend on the whole sequences' or the
+    noisy mix's settings, the exact phase's (1) not on the noisy mix's; each depends on its
+    own and the earlier phases'."""
+    harness = HARNESSES["openclaw"](prompt=PromptProfile.LEAN)  # type: ignore[call-arg]
+    ws = WarmStartSection(recipe=WarmStartRecipe.HARNESS_TRAFFIC)
+    changes = {
+        "window_steps": 301, "window_max_steps": 900, "steps": 1001, "exact_lr": 1e-3,
+        "noisy_steps": 101, "noisy_lr": 1e-4, "correct_fraction": 0.5,
+    }  # fmt: skip
+    decides = {0: {"window_steps", "window_max_steps"}, 1: {"window_steps", "window_max_steps",
+               "steps", "exact_lr"}, 2: set(changes)}  # fmt: skip
+    for phase, own in decides.items():
+        key = cache_key(model_dir, ws, harness, "d", phase)
+        for name, value in changes.items():
+            other = cache_key(
+                model_dir, dataclasses.replace(ws, **{name: value}), harness, "d", phase
+            )
+            assert (other != key) == (name in own), (phase, name)
 
 
 def test_the_window_warmup_goes_on_past_its_steps_only_until_its_windows_are_reproduced(
