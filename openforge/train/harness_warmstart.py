@@ -107,8 +107,9 @@ def cache_key(
     for name in ("exact_lr", "window_max_steps"):  # settings added later, at their default
         if settings.get(name) in ("0", "0.0"):  # (off): the key they had before, kept
             settings.pop(name)
-    # format 2: the probes and forks read each demonstration's acting sample, not its first
-    key = {**_harness_key(base, harness), "warm_start": settings, "phase": phase, "format": 2}
+    # format 2: the probes and forks read each demonstration's acting sample, not its first;
+    # 3: a reproduction phase that misses its target keeps its best check's model
+    key = {**_harness_key(base, harness), "warm_start": settings, "phase": phase, "format": 3}
     return _digest({**key, "demos": demos})
 
 
@@ -287,6 +288,7 @@ def _phase(
             f"  SFT phase {phase.value}: greedy decoding reproduces {rate:.2f} of "
             f"{len(data.probes)} probes{what}"
         )
+        best.saw(model, rate, at[0])
         return rate >= EXACT_RATE
 
     def calibrated(model: Any) -> bool:
@@ -297,6 +299,7 @@ def _phase(
         say(f"  SFT phase 2: the instructed file's probability {rate:.3f} (stop: {low}-{high})")
         return low <= rate <= high
 
+    best = Best()
     done: Callable[[Any], bool] | None = None
     every = EXACT_CHECK_EVERY
     if phase in (Phase.WINDOW, Phase.EXACT):
@@ -307,4 +310,36 @@ def _phase(
     own = {Phase.EXACT: ws.exact_lr, Phase.NOISY: ws.noisy_lr}.get(phase, 0.0)
     lr = own if own > 0 else ws.lr
     cfg = SFTConfig(steps=total, batch=ws.batch, lr=lr, seed=seed)
-    return fine_tune(model_dir, out, data, cfg, on_step=report, done=done, check_every=every)
+    fine_tune(model_dir, out, data, cfg, on_step=report, done=done, check_every=every)
+    return best.kept(out, phase, say)
+
+
+class Best:
+    """The model a reproduction phase keeps: where its probes swing from one check to the next
+    (2 to 9 of 16 and back), the phase's last model is an arbitrary draw; if no check reached
+    the target, the model of the best check (the latest of equals) is kept instead."""
+
+    def __init__(self) -> None:
+        self.rate, self.last, self.step = -1.0, -1.0, 0
+        self.state: dict[str, Any] | None = None
+
+    def saw(self, model: Any, rate: float, step: int) -> None:
+        self.last = rate
+        if rate >= self.rate:
+            self.rate, self.step = rate, step
+            self.state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+    def kept(self, out: Path, phase: Phase, say: Callable[[str], None]) -> Path:
+        """``out``, holding the best check's model if it beat the last check."""
+        if self.state is None or self.rate <= self.last:
+            return out
+        from transformers import AutoModelForCausalLM
+
+        model: Any = AutoModelForCausalLM.from_pretrained(str(out))
+        model.load_state_dict(self.state)
+        model.save_pretrained(str(out), safe_serialization=True)
+        say(
+            f"  SFT phase {phase.value}: kept step {self.step}'s model ({self.rate:.2f} of the "
+            "probes)"
+        )
+        return out

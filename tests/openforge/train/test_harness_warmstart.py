@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import random
+import shutil
 from pathlib import Path
 
 import pytest
@@ -22,6 +23,7 @@ from openforge.stack import tiny_model
 from openforge.train.config import WarmStartRecipe, WarmStartSection
 from openforge.train.demonstrations import Demonstration, DemoSettings, record
 from openforge.train.harness_warmstart import (
+    Best,
     DemoData,
     Phase,
     _phase,
@@ -189,6 +191,33 @@ def test_the_window_warmup_goes_on_past_its_steps_only_until_its_windows_are_rep
     assert len(asked) == steps[-1] // 50 - 1, said
     rates = [float(s.split("reproduces ")[1].split(" ")[0]) for s in asked]
     assert all(r < 0.9 for r in rates[:-1]) and (rates[-1] >= 0.9 or steps[-1] == 400), said
+
+
+def test_a_phase_that_misses_its_target_keeps_its_best_checks_model(
+    model_dir: Path, tmp_path: Path
+) -> None:
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    out = tmp_path / "out"
+    shutil.copytree(model_dir, out)
+    model = AutoModelForCausalLM.from_pretrained(str(out))
+    first = {k: v.clone() for k, v in model.state_dict().items()}
+    best, said = Best(), []
+    best.saw(model, 0.5, 50)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.1)
+    best.saw(model, 0.25, 100)  # the last check, worse: its model is what the phase wrote
+    model.save_pretrained(str(out))
+    assert best.kept(out, Phase.EXACT, said.append) == out
+    kept = AutoModelForCausalLM.from_pretrained(str(out)).state_dict()
+    assert all(torch.equal(kept[k], v) for k, v in first.items())
+    assert said == ["  SFT phase 1: kept step 50's model (0.50 of the probes)"]
+    again = Best()  # the last check the best (or equal): the phase's own model stands
+    again.saw(model, 0.25, 50)
+    again.saw(model, 0.25, 100)
+    assert again.kept(out, Phase.EXACT, said.append) == out and len(said) == 1
 
 
 def test_no_correct_demonstration_is_an_error() -> None:
