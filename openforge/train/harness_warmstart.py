@@ -333,10 +333,11 @@ class Best:
         """``out``, holding the best check's model if it beat the last check."""
         if self.state is None or self.rate <= self.last:
             return out
+        import torch
         from transformers import AutoModelForCausalLM
 
-        model: Any = AutoModelForCausalLM.from_pretrained(str(out))
-        model.load_state_dict(self.state)
+        model: Any = AutoModelForCausalLM.from_pretrained(str(out), dtype=torch.float32)
+        model.load_state_dict(self.state)  # as fine_tune trains and saves it: float32
         model.save_pretrained(str(out), safe_serialization=True)
         say(
             f"  SFT phase {phase.value}: kept step {self.step}'s model ({self.rate:.2f} of the "
