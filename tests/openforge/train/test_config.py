@@ -50,8 +50,10 @@ def test_every_field_has_a_default_and_a_description() -> None:
         ({"rollouts": {"override_memory_mb": -1}}, "rollouts.override_memory_mb must be >= 0"),
         (
             {"warm_start": {"window": -1}},
-            "steps, noisy_steps, window, window_steps and noisy_lr must be",
+            "steps, noisy_steps, window, window_steps, window_max_steps, exact_lr and noisy_lr",
         ),
+        ({"warm_start": {"exact_lr": -1e-3}}, "exact_lr and noisy_lr must be >= 0"),
+        ({"warm_start": {"window_max_steps": -1}}, "window_max_steps, exact_lr and noisy_lr"),
         ({"rollouts": {"backend": "pods"}}, "choose one of local, kubernetes"),
         (
             {"rollouts": {"backend": "kubernetes"}, "proxy": {"workers": 2}},
