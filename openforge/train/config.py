@@ -76,11 +76,7 @@ class WarmStartSection:
     noisy_steps: int = _f(100, "then SFT steps on the noisy one (see correct_fraction)")
     correct_fraction: float = _f(0.25, "how often the noisy one writes to the instructed file")
     lr: float = _f(3e-3, "SFT learning rate")
-    exact_lr: float = _f(
-        0.0,
-        "harness-traffic: SFT learning rate on the whole sequences (0: lr); OpenClaw's 6k-token "
-        "sequences swung between 2 and 9 of 16 probes at 3e-3",
-    )
+    exact_lr: float = _f(0.0, "harness-traffic: SFT learning rate on the whole sequences (0: lr)")
     noisy_lr: float = _f(
         0.0,
         "SFT learning rate of the noisy phase (0: lr); at lr the instructed file's probability "
