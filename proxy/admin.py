@@ -32,7 +32,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from proxy.admin_fields import body_of, finite_number, opt_str, optional_body
+from proxy.admin_fields import body_of, finite_number, opt_str, optional_body, str_map
 from proxy.attribution import request_key
 from proxy.credentials import check_admin
 from proxy.errors import ProxyError
@@ -60,9 +60,7 @@ async def create_rollout(state: ProxyState, request: Request) -> Response:
         raise ProxyError(
             409, f"rollout {rollout_id!r} already ran: pick a new id", param="rollout_id"
         )
-    metadata = body.get("metadata") or {}
-    if not isinstance(metadata, dict):
-        raise ProxyError(400, "'metadata' must be an object", param="metadata")
+    metadata = str_map(body, "metadata")
     record = body.get("record", True)
     if not isinstance(record, bool):
         raise ProxyError(400, "'record' must be true or false", param="record")
@@ -74,7 +72,7 @@ async def create_rollout(state: ProxyState, request: Request) -> Response:
         group_id=opt_str(body, "group_id"),
         harness=opt_str(body, "harness"),
         harness_version=opt_str(body, "harness_version"),
-        metadata={str(k): str(v) for k, v in metadata.items()},
+        metadata=metadata,
         record=record,
     )
     await state.recorder.durable(state.recorder.started(rollout))

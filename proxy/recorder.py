@@ -160,17 +160,6 @@ class Recorder:
         )
         return self._publish(event, rollout)
 
-    def phase(
-        self,
-        rollout_id: str,
-        phase: RolloutPhase,
-        rollout: Rollout | FinishedRollout | None,
-        **fields: object,
-    ) -> Receipt:
-        """A phase the orchestrator reports, now, with ``fields`` as given (the RolloutEvent's
-        own fields); ``rollout`` is the proxy's rollout of that id, if it knows one."""
-        return self._publish(rollout_event(rollout_id, phase, now_us(), **fields), rollout)
-
     def reward(self, event: RewardEvent, rollout: Rollout | FinishedRollout | None) -> Receipt:
         """A reward event; ``rollout`` is the proxy's rollout of its id, if it knows one."""
         return self._publish(event, rollout)

@@ -22,6 +22,7 @@ from proxy.errors import ProxyError
 from proxy.metrics import ProxyMetrics
 from proxy.publisher import Publisher
 from proxy.recorder import Recorder
+from proxy.recording import now_us, rollout_event
 from proxy.redaction import Redactor, build_patterns
 from proxy.rollouts import RolloutRegistry
 from schemas.enums import RolloutPhase
@@ -71,8 +72,10 @@ def test_each_lifecycle_change_is_one_redacted_record(publisher: Publisher, tmp_
         ended = recorder.ended(rollout, RolloutPhase.FAILED, exit_code=3, message=f"saw {key}")
         done = registry.finish(rollout, RolloutPhase.FAILED)
         await recorder.durable(ended)
-        phase = recorder.phase("r1", RolloutPhase.VERIFIED, done, task_id="t", message=f"{TOKEN}!")
-        await recorder.durable(phase)
+        phase = rollout_event(
+            "r1", RolloutPhase.VERIFIED, now_us(), task_id="t", message=f"{TOKEN}!"
+        )
+        await recorder.durable(recorder.many([(phase, done)]))
         reward = RewardEvent("rw-1", "r1", 1.0, 1, verifier_output=f"{key} {LEAK}")
         await recorder.durable(recorder.reward(reward, done))
 
