@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from infra.harnesses import Harness, Network
-from infra.harnesses.base import Endpoint, RolloutDirs
+from infra.harnesses.base import Endpoint, Invocation, RolloutDirs
 from infra.images import ImagePolicy
 from infra.sandbox import (
     BubblewrapSandbox,
@@ -52,6 +52,8 @@ from infra.sandbox import (
     SandboxResult,
     SandboxSpec,
 )
+from infra.sandbox.warm_member import Member, Shape
+from infra.sandbox.warm_pool import WarmPool
 from infra.tasks import Task, VerifierReward, harbor
 from orchestrator import final_workspace
 from orchestrator.backend import (
@@ -89,6 +91,10 @@ class LocalConfig:
         max_processes: processes and threads per sandbox at most.
         allow_internet_tasks: run ``allow_internet`` tasks anyway, without internet.
         max_workspace_bytes: a final workspace up to this size is saved (for re-scoring).
+        warm_pool: warm sandboxes kept ready per (image, harness), started ahead of the
+            rollouts with the harness's runtime loaded (:mod:`infra.sandbox.warm_pool`); 0: off.
+        warm_dir: where the members' directories live (None: a temporary directory); on the
+            attempts' filesystem, a member's files move in and out by rename.
     """
 
     bwrap: Path | None = None
@@ -97,9 +103,13 @@ class LocalConfig:
     max_workspace_bytes: int = final_workspace.DEFAULT_LIMIT_BYTES
     sandbox: SandboxMode = SandboxMode.AUTO
     images: ImagePolicy = field(default_factory=ImagePolicy)
+    warm_pool: int = 0
+    warm_dir: Path | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "sandbox", SandboxMode(self.sandbox))
+        if self.warm_pool < 0:
+            raise ConfigError(f"warm_pool={self.warm_pool}: give 0 (off) or members per image")
 
 
 class LocalBackend(RolloutBackend):
@@ -116,8 +126,11 @@ class LocalBackend(RolloutBackend):
         max_workspace_bytes: int = final_workspace.DEFAULT_LIMIT_BYTES,
         sandbox_mode: SandboxMode = SandboxMode.AUTO,
         images: ImagePolicy | None = None,
+        warm_pool: int = 0,
+        warm_dir: Path | None = None,
     ) -> None:
         self.environments = Environments(sandbox, sandbox_mode, images)
+        self.pool = WarmPool(warm_pool, root=warm_dir) if warm_pool > 0 else None
         self.proxy = proxy
         self.max_processes = max_processes
         self.allow_internet_tasks = allow_internet_tasks
@@ -140,6 +153,8 @@ class LocalBackend(RolloutBackend):
             max_workspace_bytes=config.max_workspace_bytes,
             sandbox_mode=config.sandbox,
             images=config.images,
+            warm_pool=config.warm_pool,
+            warm_dir=config.warm_dir,
         )
 
     def preflight(self, harness: Harness) -> None:
@@ -258,21 +273,49 @@ class LocalBackend(RolloutBackend):
         return verifier, reward
 
     def _run_agent(self, job: Job, prepared: Prepared, phase: Phase, meter: CostMeter) -> AgentEnd:
-        task, harness = job.task, job.harness
-        dirs, workdir = prepared.dirs, prepared.workdir
+        """One agent phase: in a warm member of the pool when one is ready, else a cold sandbox.
+        The harness writes its config into the home its sandbox has (the member's, at the
+        member's path), named by the same path inside."""
+        harness, dirs = job.harness, prepared.dirs
+        sandbox = self.environments.sandbox(prepared)
+        member = self._claim(job, prepared, phase, sandbox)
+        home = member.home if member is not None else dirs["home"]
         proxy = self.endpoint_for(job)
         endpoint = Endpoint(proxy.base_url, job.rollout_id, job.api_key, job.model)
-        # The harness writes its config under the host home, seen at the same path inside; the
-        # workspace is named by its path inside the sandbox.
         inv = harness.invocation(
             phase.instruction,
             endpoint,
-            RolloutDirs(dirs["home"], Path(workdir)),
+            RolloutDirs(home, Path(prepared.workdir)),
             phase.agent_timeout_s,
         )
+        spec = self._agent_spec(job, prepared, phase, home, inv)
+        # A member's files go back to the attempt's directories once it ends.
+        result = sandbox.run(spec) if member is None else member.run(spec, job.root, dirs["home"])
+        meter.sandbox("agent", result)
+        meter.add("agent_warm", 0.0 if member is None else 1.0)
+        return _agent_end(result, harness, spec.stdout, phase.agent_timeout_s)
+
+    def _claim(
+        self, job: Job, prepared: Prepared, phase: Phase, sandbox: SandboxBackend
+    ) -> Member | None:
+        """A ready warm member for this phase's sandbox (None: no pool, a harness with nothing
+        to preload, an image with an ENTRYPOINT, or none ready: it runs cold)."""
+        preload = job.harness.preload()
+        if self.pool is None or preload is None or prepared.entrypoint:
+            return None
+        draft = Invocation(["true"], {}, Path(prepared.workdir))
+        spec = self._agent_spec(job, prepared, phase, prepared.dirs["home"], draft)
+        shape = Shape.of(spec, job.root, sandbox, preload.python, preload.modules)
+        return None if shape is None else self.pool.claim(shape)
+
+    def _agent_spec(
+        self, job: Job, prepared: Prepared, phase: Phase, home: Path, inv: Invocation
+    ) -> SandboxSpec:
+        task, harness = job.task, job.harness
+        dirs, workdir = prepared.dirs, prepared.workdir
         mounts = [
             Mount(dirs["workspace"], workdir, read_only=False),
-            Mount(dirs["home"], str(dirs["home"]), read_only=False),
+            Mount(home, str(home), read_only=False),
             Mount(dirs["agent_logs"], f"{LOGS}/agent", read_only=False),
             Mount(agent_artifacts(prepared), f"{LOGS}/artifacts", read_only=False),
             *(Mount(p, str(p), read_only=True) for p in harness.read_only_paths()),
@@ -285,30 +328,25 @@ class LocalBackend(RolloutBackend):
             bins = [str(d) for d in harness.bin_dirs()]
             env["PATH"] = ":".join([*bins, prepared.env.get("PATH", VERIFIER_PATH)])
         env["PATH"] = ":".join([*prepared.path_prefix, env.get("PATH", VERIFIER_PATH)])
-        out = job.root / f"{phase.agent_out}.out"
-        result = self.environments.sandbox(prepared).run(
-            SandboxSpec(
-                argv=(*prepared.entrypoint, *inv.argv),
-                stdout=out,
-                stderr=job.root / f"{phase.agent_out}.err",
-                cwd=workdir,
-                env=env,
-                mounts=tuple(mounts),
-                # A harness that declares no network (oracle, noop) gets none at all.
-                proxy=proxy if harness.capabilities.network is Network.PROXY else None,
-                limits=limits(task, self.max_processes),
-                timeout_s=phase.agent_timeout_s,
-                home=str(dirs["home"]),
-                root=prepared.root,
-                collect=tuple(
-                    (a.source, dirs["artifacts"] / a.destination, a.exclude)
-                    for a in phase.artifacts
-                ),
-                cancelled=self._cancelled,  # also one still starting when cancel() came
-            )
+        proxy = self.endpoint_for(job)
+        return SandboxSpec(
+            argv=(*prepared.entrypoint, *inv.argv),
+            stdout=job.root / f"{phase.agent_out}.out",
+            stderr=job.root / f"{phase.agent_out}.err",
+            cwd=workdir,
+            env=env,
+            mounts=tuple(mounts),
+            # A harness that declares no network (oracle, noop) gets none at all.
+            proxy=proxy if harness.capabilities.network is Network.PROXY else None,
+            limits=limits(task, self.max_processes),
+            timeout_s=phase.agent_timeout_s,
+            home=str(home),
+            root=prepared.root,
+            collect=tuple(
+                (a.source, dirs["artifacts"] / a.destination, a.exclude) for a in phase.artifacts
+            ),
+            cancelled=self._cancelled,  # also one still starting when cancel() came
         )
-        meter.sandbox("agent", result)
-        return _agent_end(result, harness, out, phase.agent_timeout_s)
 
     def endpoint_for(self, job: Job) -> ProxyEndpoint:
         """The proxy as ``job``'s sandbox sees it: its own worker's Unix socket behind a proxy
@@ -320,6 +358,12 @@ class LocalBackend(RolloutBackend):
     def cancel(self) -> None:
         self._cancelled.set()
         self.environments.cancel()
+        if self.pool is not None:
+            self.pool.close()
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.close()
 
 
 def _agent_end(result: SandboxResult, harness: Harness, stdout: Path, timeout: float) -> AgentEnd:

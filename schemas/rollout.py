@@ -73,7 +73,10 @@ COSTS: dict[str, str] = {
     "agent_s": "seconds of the agent's sandbox, from asking for it to its end (its start included)",
     "agent_start_s": "seconds of agent_s before its command started: the sandbox's start (a "
     "container's layer, namespaces and cgroup)",
-    "agent_cpu_s": "CPU-seconds of everything in the agent's sandbox (from its cgroup)",
+    "agent_cpu_s": "CPU-seconds of everything in the agent's sandbox (from its cgroup; a warm "
+    "member's includes its start and preload before the claim)",
+    "agent_warm": "1 when a warm pool's member, started ahead, ran the agent (its "
+    "agent_start_s is then from the claim to the command's start), 0 when a cold sandbox did",
     "agent_peak_mib": "peak memory of the agent's sandbox, MiB (from its cgroup)",
     "save_s": "seconds saving the final workspace (for re-scoring)",
     "verifier_s": "seconds of the verifier's sandbox (every step's, for a multi-step task)",

@@ -25,6 +25,7 @@ from infra.harnesses.base import (
     Endpoint,
     Harness,
     Invocation,
+    Preload,
     Report,
     RolloutDirs,
     ShellTool,
@@ -37,6 +38,7 @@ from schemas.errors import SetupError
 # The script, read as a file (importing it would import openai here, where it may be absent).
 SCRIPT = Path(__file__).with_name("agent_main.py")
 API_KEY_ENV = "OPENFORGE_API_KEY"  # = agent_main.API_KEY_ENV
+PRELOAD_STDLIB = ("argparse", "contextlib", "json", "signal", "subprocess", "uuid")
 
 # Run by the interpreter itself: where its parts are, and whether it has the SDK.
 _PROBE = """
@@ -185,6 +187,10 @@ class Agent(Harness):
     def bin_dirs(self) -> list[Path]:
         # Not the venv's bin: the agent's commands must find the sandbox's own python3.
         return []
+
+    def preload(self) -> Preload:
+        """Its interpreter, with the SDK and the standard modules its script imports."""
+        return Preload(self.executable(), (*self.packages, *PRELOAD_STDLIB))
 
     def prepare(
         self, scripts: tuple[Path, ...], task: str, endpoint: Endpoint, dirs: RolloutDirs

@@ -151,6 +151,16 @@ class Invocation:
     cwd: Path
 
 
+@dataclass(frozen=True)
+class Preload:
+    """What a warm sandbox starts ahead of a rollout (:mod:`infra.sandbox.warm_pool`): the
+    harness's ``python`` (one of its read-only paths), importing ``modules``; the rollout's
+    ``python -I SCRIPT ...`` then runs in that process."""
+
+    python: Path
+    modules: tuple[str, ...]
+
+
 @dataclass
 class Report:
     """What the harness said about its run, read from its own output."""
@@ -254,6 +264,10 @@ class Harness(abc.ABC):
             dict.fromkeys([host, "127.0.0.1", "localhost"])
         )
         return env
+
+    def preload(self) -> Preload | None:
+        """What a warm sandbox may start ahead of a rollout (None: each rollout starts cold)."""
+        return None
 
     @abc.abstractmethod
     def invocation(

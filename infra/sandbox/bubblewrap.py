@@ -303,12 +303,26 @@ class BubblewrapSandbox(SandboxBackend):
                     inits.append(seen.init)
                     if spec.cancelled is not None and spec.cancelled.is_set():
                         _kill(proc, inits)
-            if exits_within(proc, deadline - time.monotonic()):
+            if self._exits(proc, inits, deadline, spec):
                 seen.code = proc.wait()
             else:
                 seen.timed_out = True
         finally:
             self._stop(proc, seen.init)
+
+    def _exits(
+        self, proc: subprocess.Popen[bytes], inits: list[Init], deadline: float, spec: SandboxSpec
+    ) -> bool:
+        """Whether bwrap exits before the deadline; killed (it then exits) once the caller's
+        ``cancelled`` is set, looked at every half second."""
+        step = 0.5 if spec.cancelled is not None else float("inf")
+        while not exits_within(proc, min(step, deadline - time.monotonic())):
+            if time.monotonic() >= deadline:
+                return False
+            if spec.cancelled is not None and spec.cancelled.is_set():
+                with self._running_lock:
+                    _kill(proc, inits)
+        return True
 
     def _result(
         self, spec: SandboxSpec, sandbox_id: str, seen: _Seen, counters: Counters
