@@ -17,6 +17,7 @@ the next.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import shutil
@@ -112,6 +113,9 @@ class WarmPool:
             m.discard()
         if self._root is not None and self._root_given is None:
             shutil.rmtree(self._root, ignore_errors=True)
+        elif self._root is not None:  # a given directory: removed once no member is left in it
+            with contextlib.suppress(OSError):
+                self._root.rmdir()
 
     # -- the keeper thread -------------------------------------------------------------------
 

@@ -146,9 +146,10 @@ class RolloutsSection:
         SandboxMode.AUTO, "auto: tasks with a Dockerfile in a container of their image"
     )
     override_memory_mb: int = _f(
-        0,
-        "memory of every task's sandbox in MB, as Harbor's --override-memory-mb (0: each "
-        "task's own [environment] memory_mb); OpenClaw on Node 24 needs more than 1 GiB",
+        0, "every task sandbox's memory in MB (Harbor's --override-memory-mb; 0: the task's own)"
+    )
+    warm_pool: bool = _f(
+        True, "sandboxes started ahead with the harness loaded (the built-in agent)"
     )
     strict_images: bool = _f(False, "refuse a FROM with no exact local image (no stand-in)")
     image_fallbacks: dict[str, str] = _f(

@@ -225,7 +225,8 @@ class TrainingRun:
         """The rollout backend and the train and eval orchestrators; the tasks checked."""
         cfg = self.cfg
         run_proxy = RunProxy(services.admin.url, services.endpoint)
-        backend = build_backend(_backend_config(cfg, cluster, services.admin.url), run_proxy)
+        config = _backend_config(cfg, cluster, services.admin.url, self.root / "warm")
+        backend = build_backend(config, run_proxy)
         stack.callback(backend.close)
         orch_cfg = OrchestratorConfig(
             concurrency=cfg.rollouts.concurrency,
@@ -378,13 +379,15 @@ def _collapse(notes: list[str]) -> list[tuple[str, int]]:
 
 
 def _backend_config(
-    cfg: TrainConfig, cluster: RolloutCluster | None, proxy_url: str
+    cfg: TrainConfig, cluster: RolloutCluster | None, proxy_url: str, warm_dir: Path
 ) -> RolloutBackendConfig:
-    """The rollout backend's section from ``[rollouts]`` (where tasks with an image run) and,
-    on Kubernetes, the cluster and the proxy's port."""
+    """The rollout backend's section from ``[rollouts]`` (where tasks with an image run, the
+    warm pool: one member per rollout slot) and, on Kubernetes, the cluster and the proxy's
+    port."""
     r = cfg.rollouts
     images = ImagePolicy(fallbacks=r.image_fallbacks, strict=r.strict_images)
-    local = LocalConfig(sandbox=r.sandbox, images=images)
+    warm = r.concurrency if r.warm_pool else 0
+    local = LocalConfig(sandbox=r.sandbox, images=images, warm_pool=warm, warm_dir=warm_dir)
     if cluster is None:
         return RolloutBackendConfig(name=r.backend, local=local)
     port = urlsplit(proxy_url).port

@@ -11,16 +11,22 @@ import json
 import socket
 import subprocess
 import threading
+import time
 from pathlib import Path
+
+import pytest
 
 from infra.local.kafka import KafkaBroker
 from infra.local.vllm import VLLMServer
-from infra.tasks import load_task
+from infra.sandbox.warm_pool import WarmPool
+from infra.tasks import Task, load_task
 from openforge.testing.proxy import read_events
+from orchestrator.local import LocalBackend, LocalConfig
 from orchestrator.rundir import Status
 from schemas.enums import RolloutPhase
 from schemas.reward import RewardEvent
-from tests.orchestrator.conftest import ScriptHarness, job
+from schemas.rollout import RolloutEvent
+from tests.orchestrator.conftest import Job, ScriptHarness, job
 
 PROBE = r"""
 set -u
@@ -83,20 +89,43 @@ def _sleepers() -> list[str]:
     return found.stdout.split()
 
 
+def _served_warm(job: Job, primer: Task) -> None:
+    """Until the pool holds a ready member for the probe's agent: a first rollout (of another
+    task with the same environment) asks for the shape, and a member starts behind it."""
+    backend = job.orchestrator.backend
+    assert isinstance(backend, LocalBackend) and backend.pool is not None
+    job.run([primer])
+    deadline = time.monotonic() + 60
+    while backend.pool.idle() < 1 or not _ready(backend.pool):
+        assert time.monotonic() < deadline, backend.pool.stats
+        time.sleep(0.1)
+
+
+def _ready(pool: WarmPool) -> bool:
+    with pool._lock:
+        return any(m.ready() for ms in pool._members.values() for m in ms)
+
+
+@pytest.mark.parametrize("warm", [False, True], ids=["cold", "warm-pool"])
 def test_what_an_agent_can_reach_from_its_sandbox(
     tiny_model_dir: Path,
     tmp_path: Path,
     vllm_server: VLLMServer,
     kafka_broker: KafkaBroker,
+    warm: bool,
 ) -> None:
+    """Also from a warm pool's member: the same guarantees for an agent started ahead."""
     listener = socket.create_server(("127.0.0.1", 0))  # any other loopback service
     threading.Thread(target=lambda: listener.accept(), daemon=True).start()
     other = tmp_path / "other-rollout" / "workspace"
     other.mkdir(parents=True)
     (other / "secret.txt").write_text("not yours")
     task = load_task(_task(tmp_path / "probe-task"))
-    probe = ScriptHarness(PROBE)
-    with job(tmp_path / "job", probe, tiny_model_dir) as j:
+    probe = ScriptHarness(PROBE, warm=warm)
+    local = LocalConfig(warm_pool=1) if warm else None
+    with job(tmp_path / "job", probe, tiny_model_dir, local=local) as j:
+        if warm:
+            _served_warm(j, load_task(_task(tmp_path / "primer-task")))
         token_file = j.proxy.config.spool_dir.parent / "proxy-admin-token"
         assert token_file.read_text() == j.proxy.config.admin_token
         proxy_port = j.proxy.url.rsplit(":", 1)[1]
@@ -110,6 +139,14 @@ def test_what_an_agent_can_reach_from_its_sandbox(
         j.proxy.flush()
         events = read_events(j.proxy.config.log_url, want=5)
     listener.close()
+    (verified,) = [
+        e
+        for e in events
+        if isinstance(e, RolloutEvent)
+        and e.rollout_id == record.rollout_id
+        and e.phase == "verified"
+    ]
+    assert verified.costs["agent_warm"] == (1.0 if warm else 0.0), verified.costs
     assert record.status is Status.VERIFIED and record.agent_phase == "finished", record
     found = json.loads(
         (j.out / "rollouts" / record.rollout_id / "workspace" / "probe.json").read_text()

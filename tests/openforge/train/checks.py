@@ -165,7 +165,7 @@ def check_rebuilt(out: Path, rebuilt: Path) -> None:
 
 # What a rollout pod does not report: its containers' start (the API's timestamps are whole
 # seconds) and a final workspace's save (not kept on this backend).
-UNMEASURED = {"kubernetes": {"agent_start_s", "verifier_start_s", "save_s"}}
+UNMEASURED = {"kubernetes": {"agent_start_s", "verifier_start_s", "save_s", "agent_warm"}}
 
 
 def _check_costs(out: Path) -> None:
@@ -202,6 +202,10 @@ def _check_costs(out: Path) -> None:
     assert {d for *_, d in rows} == {"cpu"}
     starts = "SELECT count(*) FROM rollout_costs WHERE agent_start_s >= agent_s"
     assert _count(con, starts) == 0  # a container's start is a part of the agent's time
+    # Locally the warm pool (on by default) served agents from members started ahead.
+    local = _count(con, "SELECT count(*) FROM rollout_costs WHERE backend = 'local'")
+    warm = _count(con, "SELECT count(*) FROM rollout_costs WHERE agent_warm = 1")
+    assert (warm > 0) == (local > 0), (warm, local)
 
 
 def check_audit(out: Path, tmp: Path) -> None:
