@@ -32,6 +32,7 @@ import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
@@ -157,7 +158,18 @@ class Bench:
         return first - asked
 
 
-def _block(bench: Bench, mode: str, n: int, concurrency: int) -> dict[str, object]:
+@dataclass
+class Block:
+    """One block's figures: ready and sandbox wall times (ms), rollouts/min, members served."""
+
+    ready: list[float]
+    ready_served: list[float]
+    wall: list[float]
+    per_min: float
+    warm: int
+
+
+def _block(bench: Bench, mode: str, n: int, concurrency: int) -> Block:
     pool = WarmPool(concurrency, root=bench.tmp / "warm") if mode == "warm" else None
     try:
         if pool is not None:  # the pool as a run has it: asked for once, then kept full
@@ -175,14 +187,13 @@ def _block(bench: Bench, mode: str, n: int, concurrency: int) -> dict[str, objec
     finally:
         if pool is not None:
             pool.close()
-    ready = [r[0] * 1000 for r in rows]
-    return {
-        "ready": ready,
-        "ready_served": [r[0] * 1000 for r in rows if r[2]],
-        "wall": [r[1] * 1000 for r in rows],
-        "per_min": n / wall * 60,
-        "warm": sum(1 for r in rows if r[2]),
-    }
+    return Block(
+        ready=[r[0] * 1000 for r in rows],
+        ready_served=[r[0] * 1000 for r in rows if r[2]],
+        wall=[r[1] * 1000 for r in rows],
+        per_min=n / wall * 60,
+        warm=sum(1 for r in rows if r[2]),
+    )
 
 
 def _all_ready(pool: WarmPool) -> bool:
@@ -210,14 +221,14 @@ def main() -> None:
         sink = Sink(t / "proxy.sock")
         threading.Thread(target=sink.serve_forever, daemon=True).start()
         bench = Bench(backend, root, t, sink)
-        results: dict[str, list[dict[str, object]]] = {"cold": [], "warm": []}
+        results: dict[str, list[Block]] = {"cold": [], "warm": []}
         for mode in ("cold", "warm", "warm", "cold"):
             results[mode].append(_block(bench, mode, args.rollouts, args.concurrency))
         sink.shutdown()
     _report(results, args)
 
 
-def _report(results: dict[str, list[dict[str, object]]], args: argparse.Namespace) -> None:
+def _report(results: dict[str, list[Block]], args: argparse.Namespace) -> None:
     print(
         f"{args.sandbox}, {args.rollouts} agent starts per block, blocks cold-warm-warm-cold, "
         f"concurrency {args.concurrency}, {os.cpu_count()} cores"
@@ -228,11 +239,11 @@ def _report(results: dict[str, list[dict[str, object]]], args: argparse.Namespac
     )
     print("|---|---|---|---|---|---|---|")
     for mode, blocks in results.items():
-        ready = [v for b in blocks for v in b["ready"]]  # type: ignore[attr-defined]
-        wall = [v for b in blocks for v in b["wall"]]  # type: ignore[attr-defined]
-        rate = statistics.mean(b["per_min"] for b in blocks)  # type: ignore[misc]
-        warm = sum(b["warm"] for b in blocks)  # type: ignore[misc]
-        served = [v for b in blocks for v in b["ready_served"]]  # type: ignore[attr-defined]
+        ready = [v for b in blocks for v in b.ready]
+        wall = [v for b in blocks for v in b.wall]
+        rate = statistics.mean(b.per_min for b in blocks)
+        warm = sum(b.warm for b in blocks)
+        served = [v for b in blocks for v in b.ready_served]
         served_p50 = f"{_pct(served, 0.5):.0f}" if served else "-"
         print(
             f"| {mode} | {_pct(ready, 0.5):.0f} | {_pct(ready, 0.9):.0f} | {served_p50} | "

@@ -113,10 +113,15 @@ class Limits:
     memory_mib: int = 4096
     max_processes: int = 512
     cpus: float | None = None  # CPU time as a number of cores (a CFS quota); None: no cap
+    # Relative CPU weight against other sandboxes under contention (cgroup v1 cpu.shares;
+    # None: the default, 1024); a backend without a CPU group per sandbox ignores it.
+    cpu_shares: int | None = None
 
     def __post_init__(self) -> None:
         if self.cpus is not None and not self.cpus > 0:
             raise ConfigError(f"cpus={self.cpus} must be positive, e.g. 1 or 0.5")
+        if self.cpu_shares is not None and not 2 <= self.cpu_shares <= 262144:
+            raise ConfigError(f"cpu_shares={self.cpu_shares}: use 2..262144 (1024: the default)")
         if self.memory_mib < 16 or self.max_processes < 8:
             raise ConfigError(
                 f"limits too small to start anything (memory_mib={self.memory_mib}, "
@@ -220,6 +225,11 @@ class SandboxBackend(abc.ABC):
     def preflight(self) -> None:
         """Raise SetupError (saying how to install or enable it) if :meth:`run` cannot work
         here; nothing otherwise."""
+
+    def set_cpu_shares(self, sandbox_id: str, shares: int) -> bool:
+        """Change a running sandbox's :attr:`Limits.cpu_shares` (``sandbox_id``: the tag its
+        processes carry); False where this backend has no CPU group per sandbox."""
+        return False
 
     @abc.abstractmethod
     def cancel(self) -> None:

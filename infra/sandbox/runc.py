@@ -134,6 +134,16 @@ class RuncSandbox(SandboxBackend):
         if not self.rootless:  # --all finds the processes through the cgroup
             self._runc("kill", "--all", cid, "KILL")
 
+    def set_cpu_shares(self, sandbox_id: str, shares: int) -> bool:
+        if self.rootless:
+            return False
+        group = self._cgroup_path(sandbox_id.rsplit(".", 1)[-1]).lstrip("/")
+        try:
+            (cgroups.ROOT / "cpu" / group / "cpu.shares").write_text(str(shares))
+        except OSError:
+            return False
+        return True
+
     def cancel(self) -> None:
         with self._lock:
             running = list(self._running)

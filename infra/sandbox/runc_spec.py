@@ -129,6 +129,8 @@ def resources(spec: SandboxSpec, memsw: bool) -> dict[str, Any]:
     }
     if spec.limits.cpus is not None:
         out["cpu"] = {"quota": int(spec.limits.cpus * CFS_PERIOD_US), "period": CFS_PERIOD_US}
+    if spec.limits.cpu_shares is not None:
+        out.setdefault("cpu", {})["shares"] = spec.limits.cpu_shares
     return out
 
 

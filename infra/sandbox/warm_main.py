@@ -7,7 +7,7 @@ repository is visible, so it imports only the standard library (and the ``MODULE
 to preload). Steps:
 
 1. import each ``MODULE`` (the harness's heavy imports, e.g. ``openai``), then write
-   ``CONTROL_DIR/ready`` (the pool serves no member before this file exists);
+   ``CONTROL_DIR/ready`` with the sandbox's tag (the pool serves no member before it exists);
 2. read one JSON line from the FIFO ``CONTROL_DIR/claim``: ``{"argv": [...], "env": {...},
    "cwd": "/app"}`` (EOF, the pool gone before a claim: exit 0 at once);
 3. remove ``CONTROL_DIR``, so the rollout sees none of it; set the environment to the claim's
@@ -64,8 +64,8 @@ def main() -> int:
     try:
         for module in modules:
             importlib.import_module(module)
-        with open(os.path.join(control, "ready"), "w") as f:
-            f.write(str(os.getpid()))
+        with open(os.path.join(control, "ready"), "w") as f:  # the sandbox's tag, for the pool
+            f.write(os.environ.get("OPENFORGE_SERVICE_ID", ""))
         claim = _read_claim(control)
     except Exception as exc:  # any failure before the claim: not healthy
         print(f"openforge-warm: not ready: {type(exc).__name__}: {exc}", file=sys.stderr)

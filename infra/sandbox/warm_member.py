@@ -45,6 +45,7 @@ from infra.sandbox.base import (
 from schemas.errors import SandboxError
 
 LAUNCHER = Path(__file__).with_name("warm_main.py")
+STANDBY_SHARES = 2  # cgroup v1 cpu.shares of a member before its claim (the default is 1024)
 STOP_S = 60.0  # a killed member's sandbox is gone by then, or the backend failed
 CONTROL = ".openforge-warm"  # in the member's home until its claim: ready, claim (a FIFO)
 
@@ -160,7 +161,9 @@ class Member:
             cwd=s.cwd,
             mounts=tuple(mounts),
             proxy=s.proxy,
-            limits=s.limits,
+            # Standing by at the lowest CPU weight: its start takes only CPU the running
+            # rollouts leave; the claim gives it the rollout's weight back.
+            limits=dataclasses.replace(s.limits, cpu_shares=STANDBY_SHARES),
             timeout_s=self._linger_s + s.timeout_s,
             home=str(self.home),
             root=s.root,
@@ -208,11 +211,19 @@ class Member:
     def run(self, spec: SandboxSpec, rollout_root: Path, home_to: Path) -> SandboxResult:
         """Serve ``spec`` (built with :attr:`home` as its home); see the module doc."""
         claimed = time.monotonic()
-        moved = self._move_in(spec, rollout_root)
+        try:
+            moved = self._move_in(spec, rollout_root)
+        except BaseException:
+            self.discard()  # never served: stopped, as the pool would have
+            raise
         try:
             self._claim(spec)
             started = time.monotonic() - claimed
             expired = self._wait(spec, claimed)
+        except BaseException:
+            self.cancelled.set()  # interrupted, or not ready after all: it ends here
+            self._close_fifo()
+            raise
         finally:
             self._move_out(spec, moved, home_to)
         if self.error is not None:
@@ -239,16 +250,24 @@ class Member:
             )
         if spec.home != str(self.home):
             raise SandboxError(f"the spec's home {spec.home} is not the member's {self.home}")
-        moved = []
-        for m in spec.mounts:
-            if m.inside in self.dirs:
-                _adopt(m.host, self.dirs[m.inside])
-                moved.append((m.host, self.dirs[m.inside]))
+        moved: list[tuple[Path, Path]] = []
+        try:
+            for m in spec.mounts:
+                if m.inside in self.dirs:
+                    moved.append((m.host, self.dirs[m.inside]))
+                    _adopt(m.host, self.dirs[m.inside])
+        except OSError as exc:
+            for host, mine in moved:  # the rollout's files back where they were laid out
+                _move_entries(mine, host)
+            raise SandboxError(f"cannot move the rollout's files into {self.dir}: {exc}") from exc
         return moved
 
     def _claim(self, spec: SandboxSpec) -> None:
         if self._fifo is None or not self.ready():
             raise SandboxError("the warm member is not ready: claim another")
+        sandbox_id = (self.control / "ready").read_text().strip()
+        if sandbox_id:
+            self.shape.backend.set_cpu_shares(sandbox_id, spec.limits.cpu_shares or 1024)
         line = json.dumps({"argv": list(spec.argv), "env": dict(spec.env), "cwd": spec.cwd})
         os.write(self._fifo, line.encode() + b"\n")  # one write under PIPE_BUF or whole
         self._close_fifo()
@@ -269,15 +288,20 @@ class Member:
     def _move_out(self, spec: SandboxSpec, moved: list[tuple[Path, Path]], home_to: Path) -> None:
         self.done.wait(STOP_S)  # nothing of the sandbox writes any more
         (self.home / LAUNCHER.name).unlink(missing_ok=True)  # the pool's, not the rollout's
-        for host, mine in moved:
-            _move_entries(mine, host)
-        _move_entries(self.home, home_to)
-        shutil.move(self.stdout, spec.stdout)
-        if spec.stderr != spec.stdout:
-            shutil.move(self.stderr, spec.stderr)
-        else:
-            with open(spec.stdout, "ab") as out:
-                out.write(self.stderr.read_bytes())
+        try:
+            for host, mine in moved:
+                _move_entries(mine, host)
+            _move_entries(self.home, home_to)
+            shutil.move(self.stdout, spec.stdout)
+            if spec.stderr != spec.stdout:
+                shutil.move(self.stderr, spec.stderr)
+            else:
+                with open(spec.stdout, "ab") as out:
+                    out.write(self.stderr.read_bytes())
+        except OSError as exc:  # nothing is deleted: what did not move stays in the member's
+            raise SandboxError(
+                f"cannot move the rollout's files out of {self.dir} ({exc}): they are left there"
+            ) from exc
         shutil.rmtree(self.dir, ignore_errors=True)
 
 

@@ -107,6 +107,14 @@ class RunOptions:
             "also up to 6 MiB)."
         ),
     ] = 64.0
+    warm_pool: Annotated[
+        bool,
+        typer.Option(
+            help="(local backend) start agent sandboxes ahead, one per --concurrency slot, the "
+            "harness's runtime preloaded (the built-in agent); a rollout that finds none ready "
+            "runs cold."
+        ),
+    ] = False
     kubeconfig: Annotated[
         Path | None,
         typer.Option(
@@ -256,6 +264,8 @@ def _section(
             max_workspace_bytes=workspace_bytes,
             sandbox=sandbox_mode,
             images=images,
+            warm_pool=opts.concurrency if opts.warm_pool else 0,
+            warm_dir=opts.out / "warm",
         ),
         kubernetes=KubeOptions(
             kubeconfig=opts.kubeconfig,

@@ -4,6 +4,7 @@ the example tasks in sandboxes, prints a summary; SIGTERM stops it with nothing 
 from __future__ import annotations
 
 import csv
+import json
 import signal
 import subprocess
 import sys
@@ -12,6 +13,9 @@ from pathlib import Path
 
 from infra.local.process import leftover_processes
 from openforge.query.views import open_views
+from openforge.testing.proxy import read_events
+from schemas.completion import CompletionEvent
+from schemas.rollout import RolloutEvent
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -105,6 +109,53 @@ def test_sigterm_cancels_cleanly(tmp_path: Path) -> None:
     assert proc.returncode == 130, output[-3000:]
     assert "cancelled" in output
     assert leftover_processes(proc.pid) == []  # its proxy and sandboxes are gone
+
+
+def _mentioning(text: str) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if text.encode() in (entry / "cmdline").read_bytes():
+                found.append(int(entry.name))
+        except (OSError, ValueError):
+            continue
+    return found
+
+
+def test_a_warm_pool_serves_agents_and_sigterm_leaves_no_member_behind(tmp_path: Path) -> None:
+    """The built-in agent on the tiny model (vLLM) with --warm-pool: after the first rollouts ask
+    for members, later agents run in members started ahead and reach the model from there (each
+    verified rollout records ``agent_warm``; a warm one's output is the agent's, start to final);
+    SIGTERM mid-run stops the standing-by members too: no process, no directory left."""
+    out = tmp_path / "r"
+    args = ["--tasks", "examples/tasks/write-file", "--harness", "agent", "--n", "12"]
+    args += ["--concurrency", "2", "--warm-pool", "--out", str(out)]
+    proc = subprocess.Popen(
+        _cli(*args), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT
+    )
+    warm = out / "warm"
+    deadline = time.monotonic() + 300  # vLLM's start, then rollouts; members stand by
+    while time.monotonic() < deadline and proc.poll() is None:
+        if len(list(out.glob("rollouts/*/result.json"))) >= 6 and _mentioning(str(warm)):
+            break
+        time.sleep(0.2)
+    assert _mentioning(str(warm)), "no warm member stands by"
+    proc.send_signal(signal.SIGTERM)
+    output, _ = proc.communicate(timeout=90)
+    assert proc.returncode == 130, output[-3000:]
+    assert leftover_processes(proc.pid) == []
+    assert _mentioning(str(warm)) == []  # no member's process
+    assert not warm.exists() or list(warm.iterdir()) == []
+    records = read_events(f"local:{out / 'services' / 'log'}", want=1)
+    verified = [e for e in records if isinstance(e, RolloutEvent) and e.phase == "verified"]
+    served = [e for e in verified if e.costs.get("agent_warm") == 1.0]
+    assert served and all("agent_warm" in e.costs for e in verified), [e.costs for e in verified]
+    called = {e.rollout_id for e in records if isinstance(e, CompletionEvent)}
+    for e in served:  # the agent ran in the member, and called the model from there
+        assert e.rollout_id in called
+        lines = (out / "rollouts" / e.rollout_id / "agent.out").read_text().splitlines()
+        kinds = [json.loads(line)["type"] for line in lines]
+        assert kinds[0] == "start" and kinds[-1] == "final", kinds
 
 
 def test_a_run_whose_rollouts_gave_up_fails_and_names_the_first_failure(tmp_path: Path) -> None:

@@ -5,8 +5,10 @@ closing the pool leaves no process, directory or cgroup behind."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import replace
@@ -260,3 +262,31 @@ def test_members_are_keyed_by_their_image(tmp_path: Path) -> None:
     assert shape_a is not None and shape_a != shape_b
     collecting = replace(spec, collect=(("/x", tmp_path / "x", ()),))
     assert Shape.of(collecting, tmp_path, backend, Path(sys.executable), ()) is None
+
+
+def test_a_member_stands_by_at_the_lowest_cpu_weight_and_runs_at_the_rollouts(
+    tmp_path: Path,
+) -> None:
+    """runc: a member's start takes only the CPU others leave (cpu.shares 2); its claim gives
+    it the rollout's weight (the default, 1024) before the command runs."""
+    store = ImageStore()
+    backend = RuncSandbox()
+    setup = Setup(backend, RootFs(store.rootfs(IMAGE)), "/usr/bin/python3", tmp_path)
+    pool = setup.pool()
+    try:
+        draft, root = setup.rollout("weight")
+        member = setup.ready_member(pool, setup.shape(draft, root))
+        cid = (member.control / "ready").read_text().rsplit(".", 1)[1]
+        shares = cgroups.ROOT / "cpu" / backend._cgroup_path(cid).lstrip("/") / "cpu.shares"
+        assert shares.read_text().strip() == "2"
+        seen: list[str] = []
+        spec = warm(draft, member, argv=("/bin/sh", "-c", "sleep 1"))
+        runner = threading.Thread(target=lambda: member.run(spec, root, root / "home"))
+        runner.start()
+        while runner.is_alive():
+            with contextlib.suppress(OSError):
+                seen.append(shares.read_text().strip())
+            time.sleep(0.05)
+        assert "1024" in seen and "2" not in seen[1:], seen
+    finally:
+        pool.close()
