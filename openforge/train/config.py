@@ -148,7 +148,7 @@ class RolloutsSection:
     override_memory_mb: int = _f(
         0, "every task sandbox's memory in MB (Harbor's --override-memory-mb; 0: the task's own)"
     )
-    warm_pool: bool = _f(False, "agents started ahead (off: on 2 cores it cost 3-8% wall)")
+    warm_pool: bool = _f(False, "agents started ahead (off: no gain measured on 2 cores)")
     strict_images: bool = _f(False, "refuse a FROM with no exact local image (no stand-in)")
     image_fallbacks: dict[str, str] = _f(
         dict(DEFAULT_FALLBACKS), "FROM pattern -> local stand-in image, tried in order"

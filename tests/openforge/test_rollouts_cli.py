@@ -16,6 +16,7 @@ from openforge.query.views import open_views
 from openforge.testing.proxy import read_events
 from schemas.completion import CompletionEvent
 from schemas.rollout import RolloutEvent
+from tests.openforge.train.checks import processes_mentioning
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -111,17 +112,6 @@ def test_sigterm_cancels_cleanly(tmp_path: Path) -> None:
     assert leftover_processes(proc.pid) == []  # its proxy and sandboxes are gone
 
 
-def _mentioning(text: str) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        try:
-            if text.encode() in (entry / "cmdline").read_bytes():
-                found.append(int(entry.name))
-        except (OSError, ValueError):
-            continue
-    return found
-
-
 def test_a_warm_pool_serves_agents_and_sigterm_leaves_no_member_behind(tmp_path: Path) -> None:
     """The built-in agent on the tiny model (vLLM) with --warm-pool: after the first rollouts ask
     for members, later agents run in members started ahead and reach the model from there (each
@@ -136,15 +126,15 @@ def test_a_warm_pool_serves_agents_and_sigterm_leaves_no_member_behind(tmp_path:
     warm = out / "warm"
     deadline = time.monotonic() + 300  # vLLM's start, then rollouts; members stand by
     while time.monotonic() < deadline and proc.poll() is None:
-        if len(list(out.glob("rollouts/*/result.json"))) >= 6 and _mentioning(str(warm)):
+        if len(list(out.glob("rollouts/*/result.json"))) >= 6 and processes_mentioning(str(warm)):
             break
         time.sleep(0.2)
-    assert _mentioning(str(warm)), "no warm member stands by"
+    assert processes_mentioning(str(warm)), "no warm member stands by"
     proc.send_signal(signal.SIGTERM)
     output, _ = proc.communicate(timeout=90)
     assert proc.returncode == 130, output[-3000:]
     assert leftover_processes(proc.pid) == []
-    assert _mentioning(str(warm)) == []  # no member's process
+    assert processes_mentioning(str(warm)) == []  # no member's process
     assert not warm.exists() or list(warm.iterdir()) == []
     records = read_events(f"local:{out / 'services' / 'log'}", want=1)
     verified = [e for e in records if isinstance(e, RolloutEvent) and e.phase == "verified"]

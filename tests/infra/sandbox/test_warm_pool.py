@@ -10,6 +10,7 @@ import json
 import sys
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -29,8 +30,10 @@ from infra.sandbox import (
 )
 from infra.sandbox.warm_member import Member, Shape
 from infra.sandbox.warm_pool import WarmPool
+from tests.openforge.train.checks import processes_mentioning
 
 IMAGE = "localhost/python:3.11-slim"  # made by `scripts/setup images`
+SLEEP = f"1{uuid.uuid4().int % 10**6:06d}"  # a sleep's seconds no other test's process has
 PRELOAD = ("decimal",)  # not imported by a bare `python -I`: its presence proves the warm path
 
 PROBE = """
@@ -130,17 +133,6 @@ def setup(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Setup]:
         pool.close()
 
 
-def _running(needle: str) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        try:
-            if needle.encode() in (entry / "cmdline").read_bytes():
-                found.append(int(entry.name))
-        except (OSError, ValueError):
-            continue
-    return found
-
-
 def test_a_claimed_member_runs_the_rollout_in_the_preloaded_process(setup: Setup) -> None:
     pool = setup.pool()
     out, root, member = setup.serve("first", pool)
@@ -172,7 +164,7 @@ def test_nothing_of_one_rollout_reaches_the_next(setup: Setup) -> None:
         "import os, subprocess;"
         "open('/tmp/leak', 'w').write('x'); open(os.environ['HOME'] + '/leak', 'w').write('x');"
         "open('leak', 'w').write('x');"
-        "subprocess.Popen(['sleep', '1000'], start_new_session=True,"
+        f"subprocess.Popen(['sleep', '{SLEEP}'], start_new_session=True,"
         " stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)"
     )
     draft, root = setup.rollout("a")
@@ -187,7 +179,7 @@ def test_nothing_of_one_rollout_reaches_the_next(setup: Setup) -> None:
     assert out["workspace"] == ["task.txt"] and "leak" not in out["home"]
     assert "leak" not in out["tmp"] and "SECRET_OF_A" not in out["env"]
     assert len(out["pids"]) <= 2, f"processes of another rollout are visible: {out['pids']}"
-    assert not _running("sleep\x001000"), "A's background process outlived its sandbox"
+    assert not processes_mentioning(f"sleep {SLEEP}"), "A's background process outlived it"
 
 
 def test_a_member_that_cannot_get_ready_is_quarantined_and_never_served(setup: Setup) -> None:
@@ -211,12 +203,12 @@ def test_the_deadline_counts_from_the_claim_and_kills_everything(setup: Setup) -
     draft, root = setup.rollout("slow", timeout_s=2.0)
     member = setup.ready_member(pool, setup.shape(draft, root))
     time.sleep(2.5)  # idle time before the claim does not count against the rollout
-    spec = warm(draft, member, argv=("/bin/sh", "-c", "sleep 1000 & sleep 1000"))
+    spec = warm(draft, member, argv=("/bin/sh", "-c", f"sleep {SLEEP} & sleep {SLEEP}"))
     start = time.monotonic()
     result = member.run(spec, root, root / "home")
     assert result.outcome is SandboxOutcome.TIMED_OUT and result.exit_code is None
     assert 1.9 <= time.monotonic() - start < 15
-    assert not _running("sleep\x001000")
+    assert not processes_mentioning(f"sleep {SLEEP}")
 
 
 def test_closing_the_pool_leaves_nothing_behind(setup: Setup) -> None:
@@ -225,13 +217,13 @@ def test_closing_the_pool_leaves_nothing_behind(setup: Setup) -> None:
     shape = setup.shape(draft, root)
     assert pool.claim(shape) is None  # asks for the shape: two members start
     deadline = time.monotonic() + 60
-    while pool.idle() < 2 or not _running(str(pool._directory())):
+    while pool.idle() < 2 or not processes_mentioning(str(pool._directory())):
         assert time.monotonic() < deadline, pool.stats
         time.sleep(0.1)
     where = str(pool._directory())
     members = [m for ms in pool._members.values() for m in ms]
     pool.close()
-    assert not _running(where), "a member's process outlived the pool"
+    assert not processes_mentioning(where), "a member's process outlived the pool"
     assert not Path(where).exists() or not any(Path(where).iterdir())
     if isinstance(setup.backend, RuncSandbox):
         for member in members:
