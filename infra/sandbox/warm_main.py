@@ -64,8 +64,10 @@ def main() -> int:
     try:
         for module in modules:
             importlib.import_module(module)
-        with open(os.path.join(control, "ready"), "w") as f:  # the sandbox's tag, for the pool
+        # The sandbox's tag, for the pool; renamed into place, so it is never seen half written.
+        with open(os.path.join(control, "ready.part"), "w") as f:
             f.write(os.environ.get("OPENFORGE_SERVICE_ID", ""))
+        os.rename(os.path.join(control, "ready.part"), os.path.join(control, "ready"))
         claim = _read_claim(control)
     except Exception as exc:  # any failure before the claim: not healthy
         print(f"openforge-warm: not ready: {type(exc).__name__}: {exc}", file=sys.stderr)

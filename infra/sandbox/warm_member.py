@@ -220,6 +220,10 @@ class Member:
             self._claim(spec)
             started = time.monotonic() - claimed
             expired = self._wait(spec, claimed)
+            if self.control.exists():  # the stand-by process removes it once it read the claim
+                raise SandboxError(
+                    f"the warm sandbox ended before its command started: {self.failure()}"
+                )
         except BaseException:
             self.cancelled.set()  # interrupted, or not ready after all: it ends here
             self._close_fifo()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -12,8 +13,9 @@ import time
 from pathlib import Path
 
 from infra.local.process import leftover_processes
+from infra.local.vllm import VLLMServer
 from openforge.query.views import open_views
-from openforge.testing.proxy import read_events
+from openforge.testing.proxy import proxy_config, read_events, running_proxy
 from schemas.completion import CompletionEvent
 from schemas.rollout import RolloutEvent
 from tests.openforge.train.checks import processes_mentioning
@@ -112,31 +114,46 @@ def test_sigterm_cancels_cleanly(tmp_path: Path) -> None:
     assert leftover_processes(proc.pid) == []  # its proxy and sandboxes are gone
 
 
-def test_a_warm_pool_serves_agents_and_sigterm_leaves_no_member_behind(tmp_path: Path) -> None:
-    """The built-in agent on the tiny model (vLLM) with --warm-pool: after the first rollouts ask
-    for members, later agents run in members started ahead and reach the model from there (each
-    verified rollout records ``agent_warm``; a warm one's output is the agent's, start to final);
-    SIGTERM mid-run stops the standing-by members too: no process, no directory left."""
+def test_a_warm_pool_serves_agents_and_sigterm_leaves_no_member_behind(
+    tmp_path: Path, tiny_model_dir: Path, vllm_server: VLLMServer
+) -> None:
+    """The built-in agent on the tiny model (the session's vLLM, behind a proxy given with
+    --proxy) with --warm-pool: after the first rollouts ask for members, later agents run in
+    members started ahead and reach the model from there (each verified rollout records
+    ``agent_warm``; a warm one's output is the agent's, start to final); SIGTERM mid-run stops
+    the standing-by members too: no process, no directory left."""
     out = tmp_path / "r"
-    args = ["--tasks", "examples/tasks/write-file", "--harness", "agent", "--n", "12"]
-    args += ["--concurrency", "2", "--warm-pool", "--out", str(out)]
-    proc = subprocess.Popen(
-        _cli(*args), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT
-    )
-    warm = out / "warm"
-    deadline = time.monotonic() + 300  # vLLM's start, then rollouts; members stand by
-    while time.monotonic() < deadline and proc.poll() is None:
-        if len(list(out.glob("rollouts/*/result.json"))) >= 6 and processes_mentioning(str(warm)):
-            break
-        time.sleep(0.2)
-    assert processes_mentioning(str(warm)), "no warm member stands by"
-    proc.send_signal(signal.SIGTERM)
-    output, _ = proc.communicate(timeout=90)
+    config = proxy_config(vllm_server.base_url, tmp_path / "proxy", tokenizer=tiny_model_dir)
+    with running_proxy(config, unix_socket=tmp_path / "proxy" / "proxy.sock") as proxy:
+        assert proxy.unix_socket is not None
+        args = ["--tasks", "examples/tasks/write-file", "--harness", "agent", "--n", "12"]
+        args += ["--concurrency", "2", "--warm-pool", "--out", str(out), "--proxy", proxy.url]
+        args += ["--proxy-socket", str(proxy.unix_socket)]
+        proc = subprocess.Popen(
+            _cli(*args),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            cwd=ROOT,
+            env={**os.environ, "OPENFORGE_ADMIN_TOKEN": config.admin_token or ""},
+        )
+        warm = out / "warm"
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline and proc.poll() is None:
+            if len(list(out.glob("rollouts/*/result.json"))) >= 4 and processes_mentioning(
+                str(warm)
+            ):
+                break
+            time.sleep(0.2)
+        assert processes_mentioning(str(warm)), "no warm member stands by"
+        proc.send_signal(signal.SIGTERM)
+        output, _ = proc.communicate(timeout=90)
+        proxy_log = config.log_url
     assert proc.returncode == 130, output[-3000:]
     assert leftover_processes(proc.pid) == []
     assert processes_mentioning(str(warm)) == []  # no member's process
     assert not warm.exists() or list(warm.iterdir()) == []
-    records = read_events(f"local:{out / 'services' / 'log'}", want=1)
+    records = read_events(proxy_log, want=1)
     verified = [e for e in records if isinstance(e, RolloutEvent) and e.phase == "verified"]
     served = [e for e in verified if e.costs.get("agent_warm") == 1.0]
     assert served and all("agent_warm" in e.costs for e in verified), [e.costs for e in verified]
