@@ -174,7 +174,7 @@ def _block(bench: Bench, mode: str, n: int, concurrency: int) -> Block:
     try:
         if pool is not None:  # the pool as a run has it: asked for once, then kept full
             bench.warm(pool)
-            while pool.idle() < concurrency or not _all_ready(pool):
+            while pool.ready() < concurrency:
                 time.sleep(0.05)
         start = time.monotonic()
         with ThreadPoolExecutor(concurrency) as ex:
@@ -194,11 +194,6 @@ def _block(bench: Bench, mode: str, n: int, concurrency: int) -> Block:
         per_min=n / wall * 60,
         warm=sum(1 for r in rows if r[2]),
     )
-
-
-def _all_ready(pool: WarmPool) -> bool:
-    with pool._lock:
-        return all(m.ready() for ms in pool._members.values() for m in ms)
 
 
 def _pct(values: list[float], q: float) -> float:

@@ -98,6 +98,11 @@ class WarmPool:
         with self._lock:
             return sum(len(m) for m in self._members.values())
 
+    def ready(self) -> int:
+        """Members ready to serve now, all shapes together."""
+        with self._lock:
+            return sum(m.ready() for ms in self._members.values() for m in ms)
+
     def close(self) -> None:
         """Stop every member still held and remove the pool's directory (members out on a
         claim are their callers' to finish)."""

@@ -18,7 +18,6 @@ import pytest
 
 from infra.local.kafka import KafkaBroker
 from infra.local.vllm import VLLMServer
-from infra.sandbox.warm_pool import WarmPool
 from infra.tasks import Task, load_task
 from openforge.testing.proxy import read_events
 from orchestrator.local import LocalBackend, LocalConfig
@@ -96,14 +95,9 @@ def _served_warm(job: Job, primer: Task) -> None:
     assert isinstance(backend, LocalBackend) and backend.pool is not None
     job.run([primer])
     deadline = time.monotonic() + 60
-    while backend.pool.idle() < 1 or not _ready(backend.pool):
+    while backend.pool.ready() < 1:
         assert time.monotonic() < deadline, backend.pool.stats
         time.sleep(0.1)
-
-
-def _ready(pool: WarmPool) -> bool:
-    with pool._lock:
-        return any(m.ready() for ms in pool._members.values() for m in ms)
 
 
 @pytest.mark.parametrize("warm", [False, True], ids=["cold", "warm-pool"])
