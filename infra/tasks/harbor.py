@@ -177,6 +177,13 @@ def reward_strategy(task: Task) -> RewardStrategy:
         ) from None
 
 
+def _agent_timeout(agent: Mapping[str, Any], task: Task) -> float:
+    """A step's agent deadline: its own ``timeout_sec`` scaled by the run's multiplier, else the
+    task's (already scaled)."""
+    own = agent.get("timeout_sec")
+    return float(own) * task.agent.timeout_multiplier if own else task.agent.timeout_sec
+
+
 def steps(task: Task) -> tuple[Step, ...]:
     """The task's steps, in order (none for a single-step task); TaskError for a step whose
     directory or instruction is missing."""
@@ -203,7 +210,7 @@ def steps(task: Task) -> tuple[Step, ...]:
                 name=name,
                 directory=directory,
                 instruction=instruction.read_text(encoding="utf-8"),
-                agent_timeout_sec=float(agent.get("timeout_sec") or task.agent.timeout_sec),
+                agent_timeout_sec=_agent_timeout(agent, task),
                 verifier_timeout_sec=float(
                     verifier.get("timeout_sec") or task.verifier.timeout_sec
                 ),

@@ -24,6 +24,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from schemas.errors import TaskError
+
 
 def _empty() -> Mapping[str, Any]:
     return MappingProxyType({})
@@ -62,6 +64,9 @@ class AgentSettings:
 
     timeout_sec: float = DEFAULT_AGENT_TIMEOUT_SEC  # the rollout's deadline
     extra: Mapping[str, Any] = field(default_factory=_empty)  # e.g. user, network_mode
+    # Set by a run (Harbor's --agent-timeout-multiplier), never by task.toml: it scales
+    # ``timeout_sec`` and each step's own agent timeout.
+    timeout_multiplier: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -165,3 +170,16 @@ class Task:
         """The task with its sandbox's memory set to ``memory_mb`` (as Harbor's
         ``--override-memory-mb``: what a harness needs can exceed what the task declares)."""
         return replace(self, environment=replace(self.environment, memory_mb=memory_mb))
+
+    def with_agent_timeout_multiplier(self, multiplier: float) -> Task:
+        """The task with every agent deadline (its own and each step's) scaled by
+        ``multiplier`` (as Harbor's ``--agent-timeout-multiplier``: a slower machine than the
+        task's author's). The verifier's deadlines are the task's own."""
+        if multiplier <= 0:
+            raise TaskError(f"an agent timeout multiplier must be above 0, not {multiplier}")
+        agent = replace(
+            self.agent,
+            timeout_sec=self.agent.timeout_sec * multiplier,
+            timeout_multiplier=self.agent.timeout_multiplier * multiplier,
+        )
+        return replace(self, agent=agent)

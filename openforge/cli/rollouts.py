@@ -162,6 +162,14 @@ class RunOptions:
             "the task's); below 1, rollouts share a node's cores."
         ),
     ] = 1.0
+    agent_timeout_multiplier: Annotated[
+        float,
+        typer.Option(
+            help="every task's agent deadline times this (Harbor's --agent-timeout-multiplier; "
+            "the verifier's are the task's own).",
+            min=0.01,
+        ),
+    ] = 1.0
     fault: FAULTS = None  # injected by the run's own proxy (refused with --proxy)
     fault_seed: FAULT_SEED = 0
 
@@ -186,6 +194,8 @@ def run(opts: RunOptions) -> None:
     console = Console(soft_wrap=True)  # a path is never broken across lines
     chosen = _harnesses(opts.harness_name)
     dataset = load_dataset(opts.tasks, split=opts.split)
+    if opts.agent_timeout_multiplier != 1:
+        dataset = [t.with_agent_timeout_multiplier(opts.agent_timeout_multiplier) for t in dataset]
     backend_name = choose(RolloutBackendName, opts.backend, "rollout backend")  # before any start
     sandbox_mode = choose(SandboxMode, opts.sandbox, "sandbox")
     if backend_name is RolloutBackendName.LOCAL:

@@ -148,6 +148,9 @@ class RolloutsSection:
     override_memory_mb: int = _f(
         0, "every task sandbox's memory in MB (Harbor's --override-memory-mb; 0: the task's own)"
     )
+    agent_timeout_multiplier: float = _f(
+        1.0, "every task's agent deadline times this (Harbor's --agent-timeout-multiplier)"
+    )
     warm_pool: bool = _f(False, "agents started ahead (off: no gain measured on 2 cores)")
     strict_images: bool = _f(False, "refuse a FROM with no exact local image (no stand-in)")
     image_fallbacks: dict[str, str] = _f(
@@ -307,6 +310,9 @@ class TrainConfig:
         }
         if self.rollouts.override_memory_mb < 0:
             raise ConfigError("rollouts.override_memory_mb must be >= 0 (0: each task's own)")
+        if not self.rollouts.agent_timeout_multiplier > 0:
+            m = self.rollouts.agent_timeout_multiplier
+            raise ConfigError(f"rollouts.agent_timeout_multiplier must be above 0, not {m}")
         for name, value in positive.items():
             if value < 1:
                 raise ConfigError(f"{name} must be at least 1, not {value}")

@@ -97,8 +97,11 @@ def prepare_model(cfg: TrainConfig, say: Callable[[str], None] = print) -> Path:
 
 def _split(cfg: TrainConfig, split: str) -> list[Task]:
     tasks = list(load_dataset(Path(cfg.tasks.dataset), split=split))
-    memory = cfg.rollouts.override_memory_mb
-    return [t.with_memory(memory) for t in tasks] if memory else tasks
+    memory, multiplier = cfg.rollouts.override_memory_mb, cfg.rollouts.agent_timeout_multiplier
+    tasks = [t.with_memory(memory) for t in tasks] if memory else tasks
+    if multiplier != 1:
+        tasks = [t.with_agent_timeout_multiplier(multiplier) for t in tasks]
+    return tasks
 
 
 def launch_tag(root: Path) -> str:

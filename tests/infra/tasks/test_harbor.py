@@ -93,6 +93,25 @@ def test_steps_load_with_their_own_prompts(tmp_path: Path) -> None:
         load_task(_task(tmp_path / "b", '[[steps]]\nname = "missing"\n'))
 
 
+def test_an_agent_timeout_multiplier_scales_the_task_and_each_step_not_the_verifier(
+    tmp_path: Path,
+) -> None:
+    toml = (
+        "[agent]\ntimeout_sec = 100\n[verifier]\ntimeout_sec = 40\n"
+        '[[steps]]\nname = "one"\n[steps.agent]\ntimeout_sec = 30\n'
+        '[[steps]]\nname = "two"\n'
+    )
+    task = load_task(_task(tmp_path / "a", toml, steps=("one", "two")))
+    slower = task.with_agent_timeout_multiplier(2.5).with_agent_timeout_multiplier(2)
+    assert (slower.agent.timeout_sec, slower.verifier.timeout_sec) == (500.0, 40.0)
+    one, two = harbor.steps(slower)
+    assert (one.agent_timeout_sec, two.agent_timeout_sec) == (150.0, 500.0)
+    assert (one.verifier_timeout_sec, two.verifier_timeout_sec) == (40.0, 40.0)
+    assert [s.agent_timeout_sec for s in harbor.steps(task)] == [30.0, 100.0]
+    with pytest.raises(TaskError, match="must be above 0, not 0"):
+        task.with_agent_timeout_multiplier(0)
+
+
 def test_what_is_not_supported_is_refused_by_name(tmp_path: Path) -> None:
     toml = (
         '[environment]\ngpus = 1\nnetwork_mode = "allowlist"\nallowed_hosts = ["x.org"]\n'

@@ -49,6 +49,10 @@ def test_every_field_has_a_default_and_a_description() -> None:
         ({"evaluation": {"tasks": -1}}, "evaluation.tasks must be >= 0"),
         ({"rollouts": {"override_memory_mb": -1}}, "rollouts.override_memory_mb must be >= 0"),
         (
+            {"rollouts": {"agent_timeout_multiplier": 0.0}},
+            "rollouts.agent_timeout_multiplier must be above 0, not 0.0",
+        ),
+        (
             {"warm_start": {"window": -1}},
             "steps, noisy_steps, window, window_steps, window_max_steps, exact_lr and noisy_lr",
         ),

@@ -64,6 +64,9 @@ def compared() -> Path:
         # Short answers: on 2 busy cores a 512-token answer of the raw model can outlast the
         # task's 60 s (OpenClaw's own start takes 10-40 s of it), leaving no whole call to train.
         "proxy.max_tokens_cap=64",
+        # Three times each task's 60 s: beside the other worker's load, OpenClaw's own start
+        # (its gateway and session store) outlasted 60 s, and its rollouts ended with no call.
+        "rollouts.agent_timeout_multiplier=3",
         f"run.output_dir={OUT}",
     ]
     argv = [sys.executable, "-m", "openforge", "train", "examples/cpu-demo-openclaw.toml"]
