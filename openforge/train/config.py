@@ -148,9 +148,7 @@ class RolloutsSection:
     override_memory_mb: int = _f(
         0, "every task sandbox's memory in MB (Harbor's --override-memory-mb; 0: the task's own)"
     )
-    agent_timeout_multiplier: float = _f(
-        1.0, "every task's agent deadline times this (Harbor's --agent-timeout-multiplier)"
-    )
+    agent_timeout_multiplier: float = _f(1.0, "agent deadlines times this (Harbor's flag)")
     warm_pool: bool = _f(False, "agents started ahead (off: no gain measured on 2 cores)")
     strict_images: bool = _f(False, "refuse a FROM with no exact local image (no stand-in)")
     image_fallbacks: dict[str, str] = _f(
@@ -310,8 +308,7 @@ class TrainConfig:
         }
         if self.rollouts.override_memory_mb < 0:
             raise ConfigError("rollouts.override_memory_mb must be >= 0 (0: each task's own)")
-        if not self.rollouts.agent_timeout_multiplier > 0:
-            m = self.rollouts.agent_timeout_multiplier
+        if not (m := self.rollouts.agent_timeout_multiplier) > 0:
             raise ConfigError(f"rollouts.agent_timeout_multiplier must be above 0, not {m}")
         for name, value in positive.items():
             if value < 1:
