@@ -30,7 +30,7 @@ from orchestrator.local import LocalConfig
 from orchestrator.plan import plan
 from orchestrator.registry import RolloutBackendConfig, build_backend
 from orchestrator.run import Orchestrator, OrchestratorConfig
-from orchestrator.rundir import RunDir, Status
+from orchestrator.rundir import RolloutOutcome, RunDir, Status
 from pipeline.assembly import assemble
 from schemas.codec import Record
 from schemas.errors import ConfigError, ServiceError
@@ -79,6 +79,8 @@ class DemoSettings:
         context: the context window the proxy checks calls against (tokens).
         sandbox: where the tasks (which have an image) run.
         images: how their base image is found.
+        agent_timeout_multiplier: scales the tasks' agent timeout (``[rollouts]
+            agent_timeout_multiplier``): on a slow machine a harness's own start can outlast it.
     """
 
     per_word: int = 2
@@ -86,6 +88,7 @@ class DemoSettings:
     context: int = 16384
     sandbox: SandboxMode = SandboxMode.AUTO
     images: ImagePolicy = field(default_factory=ImagePolicy)
+    agent_timeout_multiplier: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -141,6 +144,8 @@ def record(
         )
     shutil.rmtree(out, ignore_errors=True)  # a recording is whole or not kept
     tasks = write_tasks(words, out / "tasks")
+    if settings.agent_timeout_multiplier != 1:
+        tasks = [t.with_agent_timeout_multiplier(settings.agent_timeout_multiplier) for t in tasks]
     teacher = Teacher(model_dir, harness.shell_tool, POLICY, settings.context)
     log_url = f"local:{out / 'log'}"
     with serve_in_thread(teacher.app(), "scripted teacher", log_level="critical") as url:
@@ -156,9 +161,14 @@ def record(
         )
         with serve(spec, say) as stack:
             run_proxy = RunProxy(stack.admin.url, stack.endpoint)
-            verified = _play(harness, tasks, settings, stack.admin, run_proxy, out)
-    say(f"  demonstrations: {len(verified)} rollouts verified, {len(teacher.served)} tool calls")
-    return demonstrations(log_url, verified)
+            outcomes = _play(harness, tasks, settings, stack.admin, run_proxy, out)
+    kept = _kept(harness, outcomes, out)
+    late = sum(o.agent_phase == "timed_out" for o in outcomes)
+    say(
+        f"  demonstrations: {len(kept)} of {len(outcomes)} rollouts verified with the harness "
+        f"finished ({late} timed out), {len(teacher.served)} tool calls"
+    )
+    return demonstrations(log_url, kept)
 
 
 def _play(
@@ -168,8 +178,8 @@ def _play(
     admin: ProxyAdmin,
     run_proxy: RunProxy,
     out: Path,
-) -> set[str]:
-    """The rollouts, in sandboxes of the local backend; the ids of those verified."""
+) -> list[RolloutOutcome]:
+    """The rollouts, in sandboxes of the local backend; how each ended."""
     local = LocalConfig(sandbox=settings.sandbox, images=settings.images)
     backend = build_backend(
         RolloutBackendConfig(name=RolloutBackendName.LOCAL, local=local), run_proxy
@@ -179,16 +189,28 @@ def _play(
             concurrency=settings.concurrency, max_attempts=2, model=POLICY
         )
         orch = Orchestrator(backend, harness, admin, RunDir(out / "rollouts"), orch_cfg)
-        outcomes = orch.run(plan(tasks, settings.per_word, run_id="demo"))
+        return list(orch.run(plan(tasks, settings.per_word, run_id="demo")))
     finally:
         backend.close()
-    verified = {o.rollout_id for o in outcomes if o.status is Status.VERIFIED}
-    if not verified:
+
+
+def _kept(harness: Harness, outcomes: list[RolloutOutcome], out: Path) -> set[str]:
+    """The ids of the rollouts that are demonstrations: verified, and the harness finished (a
+    harness stopped by its timeout may not have run the teacher's tool call: its reward would
+    label a correct call wrong)."""
+    kept = {
+        o.rollout_id
+        for o in outcomes
+        if o.status is Status.VERIFIED and o.agent_phase == "finished"
+    }
+    if not kept:
+        phases = sorted({str(o.agent_phase) for o in outcomes})
         raise ServiceError(
-            f"no demonstration of {harness.name} was verified ({len(outcomes)} rollouts): see "
-            f"the rollouts' logs under {out / 'rollouts'}"
+            f"no demonstration of {harness.name} was verified with the harness finished "
+            f"({len(outcomes)} rollouts, agent phases {phases}): see the rollouts' logs under "
+            f"{out / 'rollouts'}; on a slow machine raise [rollouts] agent_timeout_multiplier"
         )
-    return verified
+    return kept
 
 
 def demonstrations(log_url: str, rollout_ids: set[str]) -> list[Demonstration]:

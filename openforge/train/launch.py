@@ -89,7 +89,11 @@ def prepare_model(cfg: TrainConfig, say: Callable[[str], None] = print) -> Path:
         r = cfg.rollouts
         images = ImagePolicy(fallbacks=r.image_fallbacks, strict=r.strict_images)
         play = DemoSettings(
-            concurrency=r.concurrency, context=cfg.model.context, sandbox=r.sandbox, images=images
+            concurrency=r.concurrency,
+            context=cfg.model.context,
+            sandbox=r.sandbox,
+            images=images,
+            agent_timeout_multiplier=r.agent_timeout_multiplier,
         )
         return harness_warm_start(base, cfg.warm_start, _harness(cfg), play, cache, say)
     return warm_start(base, cfg.warm_start, cfg.harness, cache, say)

@@ -21,7 +21,7 @@ from infra.eventlog import EVENTS_TOPIC, records_in
 from infra.harnesses import HARNESSES, NpmHarness, PromptProfile
 from openforge.stack import tiny_model
 from openforge.train.config import WarmStartRecipe, WarmStartSection
-from openforge.train.demonstrations import Demonstration, DemoSettings, record
+from openforge.train.demonstrations import Demonstration, DemoSettings, _kept, record
 from openforge.train.harness_warmstart import (
     Best,
     DemoData,
@@ -32,10 +32,11 @@ from openforge.train.harness_warmstart import (
     harness_warm_start,
 )
 from openforge.train.teacher import TARGET
+from orchestrator.rundir import RolloutOutcome, Status
 from schemas.completion import CompletionEvent
 from schemas.delta import Reconstructor
 from schemas.enums import CompletionStatus
-from schemas.errors import ConfigError
+from schemas.errors import ConfigError, ServiceError
 
 WORDS = ["water", "code"]
 CONTEXT = 8192
@@ -53,7 +54,10 @@ def test_demonstrations_are_the_harness_own_recorded_calls(
     harness = HARNESSES[name](prompt=PromptProfile.LEAN)  # type: ignore[call-arg]
     assert isinstance(harness, NpmHarness) and harness.shell_tool is not None
     out = tmp_path / "demos"
-    demos = record(harness, model_dir, WORDS, DemoSettings(per_word=2, context=CONTEXT), out)
+    # Three times the tasks' 120 s: under the other worker's load, OpenClaw was stopped by the
+    # timeout after the teacher's call and before running it (the correct call read as wrong).
+    play = DemoSettings(per_word=2, context=CONTEXT, agent_timeout_multiplier=3)
+    demos = record(harness, model_dir, WORDS, play, out)
 
     # Every rollout verified: the teacher's first call for a word writes answer.txt, its second
     # a wrong file, and the verifier's reward tells them apart.
@@ -218,6 +222,24 @@ def test_a_phase_that_misses_its_target_keeps_its_best_checks_model(
     again.saw(model, 0.25, 50)
     again.saw(model, 0.25, 100)
     assert again.kept(out, Phase.EXACT, said.append) == out and len(said) == 1
+
+
+def test_a_demonstration_is_a_verified_rollout_whose_harness_finished(tmp_path: Path) -> None:
+    """A harness stopped by its timeout may not have run the teacher's call: its reward says
+    nothing of the call, so it is no demonstration; none left is an error that says what to do."""
+    harness = HARNESSES["openclaw"](prompt=PromptProfile.LEAN)  # type: ignore[call-arg]
+
+    def ended(rid: str, status: Status, phase: str | None) -> RolloutOutcome:
+        return RolloutOutcome(rid, "echo-w", "g", 0, 1, status, agent_phase=phase)
+
+    outcomes = [
+        ended("a", Status.VERIFIED, "finished"),
+        ended("b", Status.VERIFIED, "timed_out"),
+        ended("c", Status.INFRA_FAILED, None),
+    ]
+    assert _kept(harness, outcomes, tmp_path) == {"a"}
+    with pytest.raises(ServiceError, match="agent_timeout_multiplier"):
+        _kept(harness, outcomes[1:], tmp_path)
 
 
 def test_no_correct_demonstration_is_an_error() -> None:
