@@ -209,16 +209,13 @@ def copy_repository(root: Path, dest: Path) -> Path:
 @contextmanager
 def newcomer_session(tmp_path_factory: pytest.TempPathFactory, name: str) -> Iterator[Session]:
     """A newcomer's session over a fresh copy of this checkout, named ``name`` (the README's
-    first command sets the copy up). Afterwards the services left in the background are stopped
-    and the shared environment points at this checkout again (the copy's ``scripts/setup``
-    pointed its editable install at the copy)."""
+    first command sets the copy up: its own ``.venv``, hard links into the shared environment,
+    which this checkout's ``.venv`` never sees). Afterwards the services left in the background
+    are stopped."""
     base = tmp_path_factory.mktemp(name)
     work = copy_repository(ROOT, base / "openforge")
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     env["MYPY_CACHE_DIR"] = str(cache_dir() / "mypy")  # a warm cache; the command is as written
     session = Session(work, base / "logs", env)
-    try:
-        yield session
-        session.stop_services(background=True)  # what ran on in the background must stop cleanly
-    finally:
-        subprocess.run([str(ROOT / "scripts" / "setup"), "project"], cwd=ROOT, check=True)
+    yield session
+    session.stop_services(background=True)  # what ran on in the background must stop cleanly
