@@ -48,14 +48,14 @@ from pathlib import Path
 
 from infra.harnesses import Harness
 from infra.proxy_client import Finished, Phase, ProxyAdmin, Reward
-from infra.tasks import Task
+from infra.tasks import Task, harbor
 from orchestrator.backend import AgentEnd, RolloutBackend, RolloutJob, Verified
 from orchestrator.costs import CostMeter
 from orchestrator.plan import PlannedRollout
 from orchestrator.rundir import RolloutOutcome, RunDir
 from schemas.enums import RolloutPhase
 from schemas.errors import ConfigError, InfrastructureError, OpenForgeError, ServiceError
-from schemas.rollout import RETRIED
+from schemas.rollout import DEADLINE_S, RETRIED
 
 
 @dataclass
@@ -281,7 +281,11 @@ class Orchestrator:
                 group_id=p.group_id,
                 harness=self.harness.name,
                 harness_version=self.harness.version,
-                metadata={"sample": str(p.sample), "attempt": str(attempt)},
+                metadata={
+                    "sample": str(p.sample),
+                    "attempt": str(attempt),
+                    DEADLINE_S: f"{harbor.rollout_deadline_s(p.task):g}",
+                },
             )
         except ServiceError as exc:
             raise InfrastructureError(f"cannot register with the proxy: {exc}") from exc

@@ -12,7 +12,7 @@ from schemas.completion import CompletionEvent
 from schemas.enums import TERMINAL_PHASES, RolloutPhase
 from schemas.errors import SchemaError
 from schemas.reward import RewardEvent
-from schemas.rollout import RolloutEvent
+from schemas.rollout import DEADLINE_S, RolloutEvent
 
 # What decoding a damaged frame raises: our SchemaError (header, codec, Arrow message), and from
 # the conversion of its rows to records ValueError (an unknown enum value, invalid UTF-8),
@@ -60,12 +60,32 @@ class Arrival(NamedTuple):
     def finished(self) -> bool:
         return any(isinstance(r, RolloutEvent) and r.phase in TERMINAL_PHASES for r in self.records)
 
+    def hold_until_us(self) -> int:
+        """The latest time its ``started`` events allow the rollout
+        (:data:`~schemas.rollout.DEADLINE_S` after each), 0 for none; a value that is not a
+        number of seconds is ignored."""
+        until = 0
+        for r in self.records:
+            if isinstance(r, RolloutEvent) and r.phase is RolloutPhase.STARTED:
+                seconds = _seconds(r.metadata.get(DEADLINE_S))
+                if seconds is not None:
+                    until = max(until, r.at_us + int(seconds * 1_000_000))
+        return until
+
     def infra_failure(self) -> RolloutEvent | None:
         """Its lifecycle event saying the infrastructure failed, if any."""
         for record in self.records:
             if isinstance(record, RolloutEvent) and record.phase is RolloutPhase.INFRA_FAILED:
                 return record
         return None
+
+
+def _seconds(value: str | None) -> float | None:
+    try:
+        seconds = float(value) if value is not None else None
+    except ValueError:
+        return None
+    return seconds if seconds is not None and 0 <= seconds < 10**7 else None
 
 
 def _is(record: Record, phase: RolloutPhase) -> bool:

@@ -40,9 +40,16 @@ from pipeline.rollout_state import Count, Flags, Outcome, RolloutMachine, Status
 NAMESPACE = "openforge.pipeline"
 DEAD_LETTER = "dead_letter"
 
-# The flags cell: (status value, finished, rewarded, began, reward names).
+# The flags cell: (status value, finished, rewarded, began, reward names, hold_us).
 _FLAGS_CODER = TupleCoder(
-    [StrUtf8Coder(), BooleanCoder(), BooleanCoder(), BooleanCoder(), IterableCoder(StrUtf8Coder())]
+    [
+        StrUtf8Coder(),
+        BooleanCoder(),
+        BooleanCoder(),
+        BooleanCoder(),
+        IterableCoder(StrUtf8Coder()),
+        VarIntCoder(),
+    ]
 )
 # A frame with its event time (micros) where it shows the rollout began (0 for ``queued``):
 # the latest of those is the rollout's latest event, read only when needed, so that a call's
@@ -70,12 +77,19 @@ class _BeamStore:
         value = self._cell.read()
         if value is None:
             return Flags()
-        status, finished, rewarded, began, names = value
-        return Flags(_STATUS[status], finished, rewarded, began, tuple(names))
+        status, finished, rewarded, began, names, hold_us = value
+        return Flags(_STATUS[status], finished, rewarded, began, tuple(names), hold_us)
 
     def write_flags(self, flags: Flags) -> None:
         self._cell.write(
-            (flags.status.value, flags.finished, flags.rewarded, flags.began, list(flags.names))
+            (
+                flags.status.value,
+                flags.finished,
+                flags.rewarded,
+                flags.began,
+                list(flags.names),
+                flags.hold_us,
+            )
         )
 
     def frames(self) -> Iterable[tuple[int, bytes]]:

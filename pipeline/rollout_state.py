@@ -16,8 +16,10 @@ Lifecycle (:class:`Status`; the only transitions are ``OPEN -> EMITTED``, ``OPEN
   that its records say exist have not arrived: then it waits for them. A lifecycle event saying
   the infrastructure failed dead-letters it at once (no reward will come).
 - Deadline: ``lateness`` after its latest event in event time, running from its first event
-  other than ``queued``. Then a rewarded rollout is emitted even if it never reported its end,
-  and any other is dead-lettered with the reason and ``CLOSED``.
+  other than ``queued``, and never before ``lateness`` after the time its ``started`` event
+  allows it (:data:`schemas.rollout.DEADLINE_S`: a harness may be silent for minutes). Then
+  a rewarded rollout is emitted even if it never reported its end, and any other is
+  dead-lettered with the reason and ``CLOSED``.
 - ``EMITTED``: its episode or final dead letter is out; every later record is counted late, and
   a reward among them is dead-lettered.
 - ``CLOSED``: a record later than the deadline in event time is counted late (a reward among
@@ -78,6 +80,7 @@ class Flags(NamedTuple):
     rewarded: bool = False  # its reward is complete (pipeline.rewards: RewardPolicy.complete)
     began: bool = False  # an event of it other than ``queued`` arrived: its deadline is set
     names: tuple[str, ...] = ()  # the reward values' names that arrived (sorted)
+    hold_us: int = 0  # its deadline is no earlier than this plus the lateness (its ``started``)
 
     def to(self, status: Status) -> Flags:
         if status not in _TRANSITIONS[self.status]:
@@ -179,7 +182,7 @@ class RolloutMachine:
             return self._late(rollout_id, arrival, "reward arrived after the episode was emitted")
         flags, latest = before, 0
         if before.status is Status.CLOSED:
-            latest = latest_us(store)
+            latest = max(latest_us(store), before.hold_us)
             if at_us > latest + self.lateness_us:
                 reason = "reward arrived after the rollout's deadline"
                 return self._late(rollout_id, arrival, reason)
@@ -192,8 +195,9 @@ class RolloutMachine:
         failure = arrival.infra_failure()
         if failure is not None:  # no reward will come: the orchestrator retries it as another
             return [self._infra_failed(store, rollout_id, flags, failure)]
+        hold = max(flags.hold_us, arrival.hold_until_us())
         if began and (not flags.began or before.status is Status.CLOSED):
-            store.set_deadline(max(latest, at_us) + self.lateness_us)
+            store.set_deadline(max(latest, at_us, hold) + self.lateness_us)
         names = flags.names  # kept only where some are required (no extra state writes else)
         if arrival.reward and self.policy.required:
             names = tuple(sorted(set(names) | arrival.reward_names()))
@@ -202,6 +206,7 @@ class RolloutMachine:
             rewarded=flags.rewarded or self.policy.complete(names, arrival.reward),
             began=flags.began or began,
             names=names,
+            hold_us=hold,
         )
         out, flags = self._ready(store, rollout_id, flags, at_us)
         if flags != before:
@@ -229,7 +234,7 @@ class RolloutMachine:
             self.count(Count.EARLY, 1)  # the runner fired it early: ask again
             store.set_deadline(fired_us)
             return []
-        due = latest_us(store) + self.lateness_us
+        due = max(latest_us(store), flags.hold_us) + self.lateness_us
         if due > fired_us:  # events came after it was set: the deadline is later
             store.set_deadline(due)
             return []

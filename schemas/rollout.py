@@ -41,6 +41,12 @@ class RolloutEvent:
 # one's place in its group; this one is dead-lettered as superseded, not lost.
 RETRIED = "retried"
 
+# ``RolloutEvent.metadata`` of a ``started`` event: the seconds the rollout may take after it
+# (its image build, its agent's deadlines, its verifier's), written by the orchestrator. Episode
+# assembly waits that long, and then its lateness, for the rollout's reward: a harness may say
+# nothing for minutes (a long test run, a slow start) and still be rewarded in time.
+DEADLINE_S = "deadline_s"
+
 ROLLOUT_SCHEMA = pa.schema(
     [
         pa.field("schema_version", pa.int16(), nullable=False),

@@ -184,6 +184,17 @@ def _agent_timeout(agent: Mapping[str, Any], task: Task) -> float:
     return float(own) * task.agent.timeout_multiplier if own else task.agent.timeout_sec
 
 
+def rollout_deadline_s(task: Task) -> float:
+    """The longest a rollout of ``task`` may take once started, by the task's own settings: its
+    image build, then its agent's deadline and its verifier's (each step's, if it has steps)."""
+    parts = steps(task)
+    if parts:
+        play = sum(s.agent_timeout_sec + s.verifier_timeout_sec for s in parts)
+    else:
+        play = task.agent.timeout_sec + task.verifier.timeout_sec
+    return task.environment.build_timeout_sec + play
+
+
 def steps(task: Task) -> tuple[Step, ...]:
     """The task's steps, in order (none for a single-step task); TaskError for a step whose
     directory or instruction is missing."""

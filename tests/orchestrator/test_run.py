@@ -15,7 +15,7 @@ from infra.harnesses import Agent, NoOp
 from infra.harnesses.base import Endpoint, Invocation, RolloutDirs
 from infra.local.process import processes_of
 from infra.sandbox.bwrap import bwrap_binary
-from infra.tasks import load_dataset, load_task
+from infra.tasks import harbor, load_dataset, load_task
 from openforge.testing.proxy import read_events
 from orchestrator.local import LocalConfig
 from orchestrator.plan import plan
@@ -25,7 +25,7 @@ from schemas.archive import read_archive
 from schemas.enums import RolloutPhase
 from schemas.episode import SUPERSEDED, Episode, superseded
 from schemas.errors import ConfigError, SetupError
-from schemas.rollout import RETRIED, RolloutEvent
+from schemas.rollout import DEADLINE_S, RETRIED, RolloutEvent
 from tests.orchestrator.conftest import EXAMPLES, job
 
 
@@ -77,6 +77,11 @@ def test_an_infrastructure_failure_is_retried_counted_and_dead_lettered(
             RolloutPhase.FINISHED,
             RolloutPhase.INFRA_FAILED,
         ]
+    # Each attempt's start says how long the task allows it: the pipeline waits that long.
+    started = [e for e in events if e.phase is RolloutPhase.STARTED]
+    budget = harbor.rollout_deadline_s(broken)
+    assert budget == 600 + broken.agent.timeout_sec + broken.verifier.timeout_sec
+    assert [e.metadata.get(DEADLINE_S) for e in started] == [f"{budget:g}"] * 2
     # The first attempt says a new attempt plays its sample again; the last one does not.
     failed = {e.rollout_id: e for e in events if e.phase is RolloutPhase.INFRA_FAILED}
     assert failed[first].metadata.get(RETRIED) == "true"

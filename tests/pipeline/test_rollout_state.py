@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pytest
 from hypothesis import given, settings
@@ -26,7 +26,7 @@ from schemas.completion import CompletionEvent
 from schemas.enums import RolloutPhase
 from schemas.episode import SUPERSEDED, episode_id_for
 from schemas.reward import RewardEvent
-from schemas.rollout import RETRIED, RolloutEvent
+from schemas.rollout import DEADLINE_S, RETRIED, RolloutEvent
 from tests.pipeline.state_runner import LATENESS, NOW, START, Runner
 
 EMITTED_LATE = "reward arrived after the episode was emitted"
@@ -188,6 +188,51 @@ def test_a_reward_after_the_deadline_is_a_dead_letter_and_one_in_time_reopens(
     assert episode.episode.episode_id == closed.episode.episode_id == episode_id_for("r")
     assert runner.counts[Count.REOPENED] == 1 and len(runner.dead()) == 1
     assert runner.deadline_sets_on_arrival["r"] == 2  # once when it began, once when reopened
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    seed=SEEDS,
+    calls=st.integers(1, 6),
+    silent=st.sampled_from([2, 5, 30]),
+    allowed=st.booleans(),
+    started_first=st.booleans(),
+    emit_at_once=st.booleans(),
+)
+def test_a_rollout_silent_past_its_lateness_is_rewarded_within_its_started_deadline(
+    seed: int, calls: int, silent: int, allowed: bool, started_first: bool, emit_at_once: bool
+) -> None:
+    """A harness says nothing for several times the lateness (a long test run, a slow start),
+    then ends and is rewarded: with its ``started`` event allowing it that long
+    (``DEADLINE_S``), one episode, wherever the ``started`` event came in the order; without,
+    its deadline dead-letters it and the reward is late."""
+    rollout = make_rollout(seed, "r", calls=calls, with_reward=True)
+    first, *calls_, end, reward = rollout.records
+    assert isinstance(first, RolloutEvent) and first.phase is RolloutPhase.STARTED
+    budget_s = silent * LATENESS / 1_000_000 + 1
+    started = replace(first, metadata={DEADLINE_S: f"{budget_s:g}"}) if allowed else first
+    timed = _timed([started, *calls_], [0] + [1000] * len(calls_))
+    quiet = timed[-1].at_us + silent * LATENESS
+    timed += [Delivery(end, quiet), Delivery(reward, quiet + 1000)]
+    order = timed if started_first else [*timed[1:-2], timed[0], *timed[-2:]]
+    runner = Runner(emit_at_once=emit_at_once)
+    _play(runner, "r", order, [True] * len(order))
+
+    if allowed:
+        records = [started, *calls_, end, reward]
+        assert [o.episode for _, o in runner.out] == [assemble("r", records, created_us=NOW)]
+        return
+    assert runner.main() == [] and runner.counts[Count.LATE] >= 1
+    assert [o.episode.dead_letter for _, o in runner.dead()][-1] == (
+        "reward arrived after the rollout's deadline"
+    )
+
+
+def test_a_deadline_that_is_not_a_number_of_seconds_is_ignored() -> None:
+    start = RolloutEvent("s", "r", RolloutPhase.STARTED, START)
+    for value, hold in [("90", START + 90_000_000), ("1e9", 0), ("nan", 0), ("soon", 0)]:
+        frame = encode_message([replace(start, metadata={DEADLINE_S: value})])
+        assert Arrival.of(frame).hold_until_us() == hold, value
 
 
 @settings(max_examples=40, deadline=None)

@@ -110,6 +110,11 @@ def test_an_agent_timeout_multiplier_scales_the_task_and_each_step_not_the_verif
     assert [s.agent_timeout_sec for s in harbor.steps(task)] == [30.0, 100.0]
     with pytest.raises(TaskError, match="must be above 0, not 0"):
         task.with_agent_timeout_multiplier(0)
+    # The longest a rollout may take once started: the build, then each step's agent and
+    # verifier (the pipeline waits that long for its reward).
+    assert harbor.rollout_deadline_s(slower) == 600 + (150 + 40) + (500 + 40)
+    single = load_task(_task(tmp_path / "b", toml.split("[[steps]]")[0]))
+    assert harbor.rollout_deadline_s(single) == 600 + 100 + 40
 
 
 def test_what_is_not_supported_is_refused_by_name(tmp_path: Path) -> None:

@@ -54,14 +54,21 @@ ECHO_HELDOUT = {
 }
 
 
-def check_run(out: Path, log_url: str, per_update: int, heldout: set[str] = ECHO_HELDOUT) -> None:
-    """What every 2-update run must leave behind, whatever its event log; ``per_update``: the
-    episodes each update trains on (tasks per step x samples per task); ``heldout``: the ids of
-    the held-out tasks (the main job's by default)."""
+def check_run(
+    out: Path,
+    log_url: str,
+    per_update: int,
+    heldout: set[str] = ECHO_HELDOUT,
+    updates: int = 2,
+) -> None:
+    """What every short run (``updates`` updates, evaluated at the first and the last policy)
+    must leave behind, whatever its event log; ``per_update``: the episodes each update trains
+    on (tasks per step x samples per task); ``heldout``: the ids of the held-out tasks (the main
+    job's by default)."""
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["updates"] == 2 and summary["policy_version"] == 2
+    assert summary["updates"] == updates and summary["policy_version"] == updates
     # Held-out evaluations at the initial and the final policy, recorded.
-    assert sorted(int(v) for v in summary["heldout"]) == [0, 2]
+    assert sorted(int(v) for v in summary["heldout"]) == [0, updates]
     assert (out / "curves.png").stat().st_size > 0
     assert (out / "trainer" / "metrics.csv").exists()
     assert any((out / "trainer" / "tensorboard").iterdir())
@@ -73,20 +80,20 @@ def check_run(out: Path, log_url: str, per_update: int, heldout: set[str] = ECHO
         records = [e for rec in reader.poll(100_000, 2.0) for e in decode_message(rec.value)]
     completions = [e for e in records if isinstance(e, CompletionEvent)]
     stamped = {s.version for c in completions for s in c.policy_versions}
-    assert {0, 1} <= stamped, stamped  # update 1 trained on v0 rollouts, update 2 on v1
+    assert {0, 1} <= stamped, stamped  # update 1 trained on v0 rollouts; v1 played after it
     consumed = [
         json.loads(line) for line in (out / "trainer" / "consumed.jsonl").read_text().splitlines()
     ]
     trained = {e for row in consumed for e in row["episodes"]}
-    assert len(trained) == 2 * per_update  # two updates
+    assert len(trained) == updates * per_update
     episodes = {e.episode_id: e for e in records if type(e).__name__ == "Episode"}
     assert all(episodes[e].task_id not in heldout for e in trained)  # never trained on held-out
     assert any(e.task_id in heldout for e in episodes.values())  # but they are recorded
     played = {p.parent.name for p in out.glob("*/rollouts/*/result.json")}
     assert played and played <= {e.rollout_id for e in episodes.values()}  # none left behind
     _check_views(out, records, played)
-    _check_costs(out)
-    _check_lineage(out, log_url, consumed, episodes, per_update)
+    _check_costs(out, updates)
+    _check_lineage(out, log_url, consumed, episodes, per_update, updates)
 
     assert processes_mentioning(str(out)) == []  # vLLM, the proxy, the pipeline: all stopped
 
@@ -129,8 +136,9 @@ def _check_lineage(
     consumed: list[dict[str, Any]],
     episodes: dict[str, Episode],
     per_update: int,
+    updates: int,
 ) -> None:
-    """The lineage of steps 1 and 2 names exactly the episodes the trainer consumed, with their
+    """The lineage of each step names exactly the episodes the trainer consumed, with their
     rollouts, and the log offsets it read them at hold those episodes."""
     con = open_views(run=out)
     metrics = {
@@ -138,7 +146,7 @@ def _check_lineage(
         for r in csv.DictReader((out / "trainer/metrics.csv").read_text().splitlines())
     }
     with open_reader(log_url) as reader:
-        for step in (1, 2):
+        for step in range(1, updates + 1):
             rows = con.sql(
                 "SELECT episode_id, rollout_id, log_topic, log_partition, log_offset, "
                 f"policy_version, metrics FROM steps WHERE step = {step}"
@@ -168,7 +176,7 @@ def check_rebuilt(out: Path, rebuilt: Path) -> None:
 UNMEASURED = {"kubernetes": {"agent_start_s", "verifier_start_s", "save_s", "agent_warm"}}
 
 
-def _check_costs(out: Path) -> None:
+def _check_costs(out: Path, updates: int) -> None:
     """Every verified rollout's cost (each local rollout measures all of them: its sandboxes
     have cgroups; a pod, all but :data:`UNMEASURED`: its containers read their own cgroups)
     and every step's, each consistent with the others."""
@@ -197,7 +205,7 @@ def _check_costs(out: Path) -> None:
     assert _count(con, "SELECT count(*) FROM rollout_costs WHERE step IS NOT NULL") > 0
     steps = con.sql("SELECT compute_s, wait_s, sync_s, engine_busy, device FROM step_costs")
     rows = steps.fetchall()
-    assert len(rows) == 2 and all(c > 0 and w >= 0 and s > 0 for c, w, s, *_ in rows), rows
+    assert len(rows) == updates and all(c > 0 and w >= 0 and s > 0 for c, w, s, *_ in rows), rows
     assert all(b is not None and 0 <= b <= 1 for *_, b, _ in rows), rows  # vLLM was sampled
     assert {d for *_, d in rows} == {"cpu"}
     starts = "SELECT count(*) FROM rollout_costs WHERE agent_start_s >= agent_s"

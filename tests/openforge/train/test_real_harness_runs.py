@@ -1,5 +1,5 @@
 """`openforge train` in the real harnesses (issue 49, items 5 and 6): OpenClaw's config with
-``--harness codex,claude-code,openclaw`` (their lean prompts), shortened to 2 updates, as a
+``--harness codex,claude-code,openclaw`` (their lean prompts), shortened to 1 update, as a
 user types it: one run per harness on equal terms, and their comparison. The raw tiny model
 (no warm start): this checks the wiring, not the learning.
 
@@ -39,8 +39,8 @@ from tests.openforge.train.checks import check_run
 ROOT = Path(__file__).resolve().parents[3]
 
 
-# The first test also sets up the three runs (each 2 updates of one task x 2 samples and one
-# held-out rollout at versions 0 and 2): the suite's 600 s per test is too short for them
+# The first test also sets up the three runs (each 1 update of one task x 2 samples and one
+# held-out rollout at versions 0 and 1): the suite's 600 s per test is too short for them
 # beside another worker.
 pytestmark = pytest.mark.timeout(1800)
 
@@ -55,10 +55,10 @@ def compared() -> Path:
     shutil.rmtree(ROOT / OUT, ignore_errors=True)  # a run directory left behind would resume
     overrides = [
         "warm_start.recipe=none",
-        "trainer.steps=2",
+        "trainer.steps=1",
         "tasks.per_step=1",
         "rollouts.samples_per_task=2",
-        "evaluation.every=2",
+        "evaluation.every=1",
         "evaluation.samples_per_task=1",
         "evaluation.tasks=1",
         # Short answers: on 2 busy cores a 512-token answer of the raw model can outlast the
@@ -69,7 +69,7 @@ def compared() -> Path:
         "rollouts.agent_timeout_multiplier=3",
         # An episode waits for its reward this long after the rollout's latest event: at 60 s,
         # an OpenClaw rollout that made its one call early and ended 94 s in lost its reward's
-        # join, and update 2 had no trainable episode.
+        # join, and the update after it had no trainable episode.
         "pipeline.lateness_s=240",
         f"run.output_dir={OUT}",
     ]
@@ -118,8 +118,8 @@ def test_the_comparison_shows_each_harness_side_by_side(compared: Path) -> None:
     shown = {f["harness"]: f for f in json.loads((compared / "comparison.json").read_text())}
     assert sorted(shown) == sorted(HARNESS_NAMES)
     for figures in shown.values():
-        assert sorted(figures["heldout"]) == ["0", "2"]  # versions 0 and 2, from eval.csv
-        assert len(figures["train_reward"]) == 2 and figures["rollouts"] == 4 + 2
+        assert sorted(figures["heldout"]) == ["0", "1"]  # versions 0 and 1, from eval.csv
+        assert len(figures["train_reward"]) == 1 and figures["rollouts"] == 2 + 2
         assert figures["calls_per_rollout"] >= 1 and figures["prompt_tokens_per_call"] > 500
         assert figures["prefill_ms_per_call"] > 0 and figures["wall_s"] > 0
     png = (compared / "comparison.png").read_bytes()
@@ -129,10 +129,10 @@ def test_the_comparison_shows_each_harness_side_by_side(compared: Path) -> None:
 
 
 @pytest.mark.parametrize("name", HARNESS_NAMES)
-def test_two_updates_on_the_real_harness_own_calls(name: str, compared: Path) -> None:
+def test_an_update_on_the_real_harness_own_calls(name: str, compared: Path) -> None:
     run = compared / name
     log_url = f"local:{run / 'log'}"
-    check_run(run, log_url, per_update=2)
+    check_run(run, log_url, per_update=2, updates=1)
 
     with open_reader(log_url, [EVENTS_TOPIC, EPISODES_TOPIC], "harness-check") as reader:
         records = [e for rec in reader.poll(100_000, 2.0) for e in decode_message(rec.value)]
