@@ -106,8 +106,9 @@ def _train_one(cfg: TrainConfig, console: Console) -> Path:
         raise typer.Exit(130) from None
     console.print(table(report.metrics, run.evals.rows))
     result = report.summary
+    updates = "1 update" if result.updates == 1 else f"{result.updates} updates"
     console.print(
-        f"{result.updates} updates in {result.seconds:.0f} s; held-out reward "
+        f"{updates} in {result.seconds:.0f} s; held-out reward "
         f"{_f(result.heldout_initial)} (v0) -> {_f(result.heldout_final)} "
         f"(v{result.policy_version}); train reward {_f(result.train_first)} -> "
         f"{_f(result.train_last)}"

@@ -67,10 +67,6 @@ def compared() -> Path:
         # Three times each task's 60 s: beside the other worker's load, OpenClaw's own start
         # (its gateway and session store) outlasted 60 s, and its rollouts ended with no call.
         "rollouts.agent_timeout_multiplier=3",
-        # An episode waits for its reward this long after the rollout's latest event: at 60 s,
-        # an OpenClaw rollout that made its one call early and ended 94 s in lost its reward's
-        # join, and the update after it had no trainable episode.
-        "pipeline.lateness_s=240",
         f"run.output_dir={OUT}",
     ]
     argv = [sys.executable, "-m", "openforge", "train", "examples/cpu-demo-openclaw.toml"]
