@@ -40,6 +40,18 @@ def images_dir() -> Path:
     return Path(env) if env else cache_dir() / "images"
 
 
+def shared_env(prefix: Path) -> Path:
+    """The environment whose files the venv at ``prefix`` is made of: a checkout's ``.venv`` is
+    hard links into a shared one under the cache, named in its ``.openforge-env``
+    (``scripts/setup``); any other venv is its own."""
+    stamp = prefix / ".openforge-env"
+    if stamp.is_file():
+        shared = Path(stamp.read_text().split()[0])
+        if shared.is_dir():
+            return shared
+    return prefix
+
+
 def vllm_python() -> Path:
     """The Python of the separate vLLM environment that ``scripts/setup vllm`` builds."""
     v = versions()

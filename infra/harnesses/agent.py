@@ -21,6 +21,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, ClassVar
 
+from infra import paths
 from infra.harnesses.base import (
     Endpoint,
     Harness,
@@ -107,6 +108,14 @@ def _outermost(paths: list[Path]) -> tuple[Path, ...]:
 
 
 @functools.cache
+def _own_python() -> Path:
+    """This process's interpreter, from the shared environment when this is a checkout's
+    ``.venv`` (:func:`infra.paths.shared_env`: the same files): a path every checkout shares,
+    outside the checkout (a pod's own ``/tmp`` hides a checkout under ``/tmp``)."""
+    shared = paths.shared_env(Path(sys.prefix)) / "bin" / Path(sys.executable).name
+    return shared if shared.exists() else Path(sys.executable)
+
+
 def interpreter(python: Path) -> Interpreter:
     """Ask ``python`` where its parts are (once per path)."""
     fix = "Point the agent harness at a Python with the openai SDK, or run `scripts/setup project`"
@@ -162,7 +171,7 @@ class Agent(Harness):
         max_tokens: int | None = None,
         retries: int = 2,
     ) -> None:
-        self.python = Path(python or sys.executable)
+        self.python = Path(python) if python else _own_python()
         self.max_turns = max_turns
         self.command_timeout_s = command_timeout_s
         self.max_output_chars = max_output_chars

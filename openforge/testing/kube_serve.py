@@ -80,7 +80,7 @@ def _libraries(install: HostInstall) -> list[Path]:
     """The system libraries the install loads (``ldd`` over some thousand files: ~30 s), kept
     in the cache while the environments' packages are unchanged."""
     stamp = hashlib.sha256()
-    for root in map(_shared_env, install.mounts):
+    for root in map(paths.shared_env, install.mounts):  # the same libraries, any checkout
         for site in [root, *root.glob("lib/python3*/site-packages")]:
             stamp.update(f"{site}:{site.stat().st_mtime_ns}\n".encode())
     cached = paths.cache_dir() / "runtime-libraries" / f"{stamp.hexdigest()[:20]}.json"
@@ -90,13 +90,6 @@ def _libraries(install: HostInstall) -> list[Path]:
     cached.parent.mkdir(parents=True, exist_ok=True)
     cached.write_text(json.dumps([str(p) for p in found]))
     return found
-
-
-def _shared_env(root: Path) -> Path:
-    """The shared environment a checkout's ``.venv`` is hard links into (``scripts/setup``
-    stamps it in ``.openforge-env``): the same libraries, whichever checkout asks."""
-    stamp = root / ".openforge-env"
-    return Path(stamp.read_text().split()[0]) if stamp.is_file() else root
 
 
 def runtime_image(install: HostInstall, store: ImageStore | None = None) -> str:

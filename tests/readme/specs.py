@@ -147,9 +147,8 @@ SPECS: dict[str, Spec] = {
         )
     ),
     ".venv/bin/openforge rollouts run --tasks examples/tasks/write-file "
-    "--harness codex,claude-code,openclaw --out runs/harnesses": _harness_runs(
-        ("codex", "claude-code", "openclaw")
-    ),
+    "--harness codex,claude-code,openclaw --agent-timeout-multiplier 3 "
+    "--out runs/harnesses": _harness_runs(("codex", "claude-code", "openclaw")),
     ".venv/bin/openforge tasks check examples/web-tasks": Spec(
         expect=(r"5 tasks: 5 runnable here, 0 refused; oracle below 1 on 0",), timeout=900
     ),
