@@ -21,7 +21,6 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, ClassVar
 
-from infra import paths
 from infra.harnesses.base import (
     Endpoint,
     Harness,
@@ -33,6 +32,7 @@ from infra.harnesses.base import (
     json_objects,
 )
 from infra.harnesses.python_files import python_files
+from infra.paths import shared_env
 from schemas.enums import Dialect
 from schemas.errors import SetupError
 
@@ -112,10 +112,11 @@ def _own_python() -> Path:
     """This process's interpreter, from the shared environment when this is a checkout's
     ``.venv`` (:func:`infra.paths.shared_env`: the same files): a path every checkout shares,
     outside the checkout (a pod's own ``/tmp`` hides a checkout under ``/tmp``)."""
-    shared = paths.shared_env(Path(sys.prefix)) / "bin" / Path(sys.executable).name
+    shared = shared_env(Path(sys.prefix)) / "bin" / Path(sys.executable).name
     return shared if shared.exists() else Path(sys.executable)
 
 
+@functools.cache
 def interpreter(python: Path) -> Interpreter:
     """Ask ``python`` where its parts are (once per path)."""
     fix = "Point the agent harness at a Python with the openai SDK, or run `scripts/setup project`"
