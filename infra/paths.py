@@ -46,7 +46,7 @@ def shared_env(prefix: Path) -> Path:
     (``scripts/setup``); any other venv is its own."""
     stamp = prefix / ".openforge-env"
     if stamp.is_file():
-        shared = Path(stamp.read_text().split()[0])
+        shared = Path(stamp.read_text().splitlines()[0])
         if shared.is_dir():
             return shared
     return prefix

@@ -11,8 +11,9 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from infra.tasks import Task
+from infra.tasks import Task, harbor
 from schemas.errors import ConfigError
+from schemas.rollout import DEADLINE_S
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
@@ -32,6 +33,13 @@ class PlannedRollout:
 
     def rollout_id(self, attempt: int) -> str:
         return self.base_id if attempt == 1 else f"{self.base_id}-a{attempt}"
+
+    def started_metadata(self, attempt: int) -> dict[str, str]:
+        """What an attempt's ``started`` event says of it: its sample, its attempt, and how
+        long its task allows it (:data:`~schemas.rollout.DEADLINE_S`: assembly waits that long
+        for its reward)."""
+        deadline = harbor.rollout_deadline_s(self.task)
+        return {"sample": str(self.sample), "attempt": str(attempt), DEADLINE_S: f"{deadline:g}"}
 
 
 def plan(tasks: Sequence[Task], samples: int, run_id: str) -> list[PlannedRollout]:

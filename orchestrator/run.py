@@ -48,14 +48,14 @@ from pathlib import Path
 
 from infra.harnesses import Harness
 from infra.proxy_client import Finished, Phase, ProxyAdmin, Reward
-from infra.tasks import Task, harbor
+from infra.tasks import Task
 from orchestrator.backend import AgentEnd, RolloutBackend, RolloutJob, Verified
 from orchestrator.costs import CostMeter
 from orchestrator.plan import PlannedRollout
 from orchestrator.rundir import RolloutOutcome, RunDir
 from schemas.enums import RolloutPhase
 from schemas.errors import ConfigError, InfrastructureError, OpenForgeError, ServiceError
-from schemas.rollout import DEADLINE_S, RETRIED
+from schemas.rollout import RETRIED
 
 
 @dataclass
@@ -281,7 +281,7 @@ class Orchestrator:
                 group_id=p.group_id,
                 harness=self.harness.name,
                 harness_version=self.harness.version,
-                metadata=_started_metadata(p, attempt),
+                metadata=p.started_metadata(attempt),
             )
         except ServiceError as exc:
             raise InfrastructureError(f"cannot register with the proxy: {exc}") from exc
@@ -393,11 +393,3 @@ def _room(prompt_tokens: int) -> int:
     """A context with room for a few more turns after ``prompt_tokens``: the next power of 2
     at least twice the prompt."""
     return 1 << max(12, (2 * prompt_tokens - 1).bit_length())
-
-
-def _started_metadata(p: PlannedRollout, attempt: int) -> dict[str, str]:
-    """What an attempt's ``started`` event says of it: its sample, its attempt, and how long
-    its task allows it (:data:`~schemas.rollout.DEADLINE_S`: assembly waits that long for its
-    reward)."""
-    deadline = harbor.rollout_deadline_s(p.task)
-    return {"sample": str(p.sample), "attempt": str(attempt), DEADLINE_S: f"{deadline:g}"}

@@ -81,11 +81,12 @@ class Arrival(NamedTuple):
 
 
 def _seconds(value: str | None) -> float | None:
+    """``value`` as a number of seconds in [0, 10^7), else None."""
     try:
-        seconds = float(value) if value is not None else None
+        seconds = float(value or "nan")
     except ValueError:
         return None
-    return seconds if seconds is not None and 0 <= seconds < 10**7 else None
+    return seconds if 0 <= seconds < 10**7 else None
 
 
 def _is(record: Record, phase: RolloutPhase) -> bool:

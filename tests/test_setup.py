@@ -10,6 +10,7 @@ import os
 import subprocess
 from pathlib import Path
 
+from infra.paths import shared_env
 from tests.readme.session import copy_repository
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -32,9 +33,8 @@ def _imported_from(venv: Path, cwd: Path) -> str:
 
 
 def test_a_second_checkout_gets_its_own_environment_and_changes_no_other(tmp_path: Path) -> None:
-    shared = Path(
-        (ROOT / ".venv" / ".openforge-env").read_text().split()[0]
-    )  # the stamp names the shared environment this checkout's is made of
+    shared = shared_env(ROOT / ".venv")  # what this checkout's environment is made of
+    assert shared != ROOT / ".venv"
     before = {p: _digest(p) for p in (shared / FINDER, shared / "bin" / "openforge")}
     clone = copy_repository(ROOT, tmp_path / "clone")
     env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}

@@ -27,7 +27,7 @@ def _python(user: User, code: str, *args: str) -> dict[str, object]:
         user,
         [str(ROOT / ".venv" / "bin" / "python"), "-c", code, *args],
         ROOT,
-        {"PYTHONPATH": str(ROOT)},  # the checkout's packages first, as in _openforge_as
+        {},
         [ROOT / ".venv"],
     )
     assert done.returncode == 0, done.stderr[-3000:]
@@ -175,15 +175,11 @@ def _subordinate(user: User) -> int:
 def _openforge_as(
     user: User, out: Path, args: list[str], env: dict[str, str]
 ) -> subprocess.CompletedProcess[str]:
-    """``.venv/bin/openforge ARGS`` as the user types it from the checkout; ``out`` removed.
-
-    The checkout's own packages come first (``PYTHONPATH``): the shared environment's editable
-    install may point at another clone for a while, the README session's copy under pytest's
-    temporary directory, which this user may not read (the command then failed with no module
-    named openforge when it ran during that session)."""
-    base = {"COLUMNS": "400", "PYTHONPATH": str(ROOT)}
+    """``.venv/bin/openforge ARGS`` as the user types it from the checkout; ``out`` removed."""
     try:
-        return run_as(user, [".venv/bin/openforge", *args], ROOT, {**base, **env}, [ROOT / ".venv"])
+        return run_as(
+            user, [".venv/bin/openforge", *args], ROOT, {"COLUMNS": "400", **env}, [ROOT / ".venv"]
+        )
     finally:
         shutil.rmtree(out, ignore_errors=True)
 
