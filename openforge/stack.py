@@ -31,7 +31,7 @@ from infra.sandbox import ProxyEndpoint
 from infra.tiny_model import TinyModelSpec, build_tiny_model
 from pipeline.rewards import RewardPolicy
 from schemas.errors import ServiceError
-from schemas.faults import FaultPlan
+from schemas.faults import ROLLOUT_FAULTS, FaultPlan
 
 SERVED_MODEL = "tiny"
 SANDBOX_PROXY_PORT = 8100  # where the proxy appears inside every sandbox
@@ -156,11 +156,13 @@ def proxy_argv(
 
 
 def fault_args(plan: FaultPlan | None) -> list[str]:
-    """``openforge proxy``'s options for ``plan`` (none for no plan)."""
+    """``openforge proxy``'s options for ``plan``'s call faults (none for no plan; its sandbox
+    faults are the orchestrator's)."""
     if plan is None or not plan.active:
         return []
+    calls = {k: r for k, r in plan.rates.items() if k not in ROLLOUT_FAULTS}
     return [
-        *(a for kind, rate in plan.rates.items() for a in ("--fault", f"{kind}={rate!r}")),
+        *(a for kind, rate in calls.items() for a in ("--fault", f"{kind}={rate!r}")),
         "--fault-seed", str(plan.seed), "--fault-retry-after", str(plan.retry_after_s),
         "--fault-cut-after", str(plan.cut_after_chunks), "--fault-delay", str(plan.delay_s),
     ]  # fmt: skip

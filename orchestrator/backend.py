@@ -30,7 +30,8 @@ over each):
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable
+import dataclasses
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -41,6 +42,7 @@ from infra.sandbox import ProxyEndpoint
 from infra.tasks import Task, VerifierReward, harbor
 from schemas.enums import RolloutPhase
 from schemas.errors import ConfigError
+from schemas.faults import FaultKind, SandboxFault
 
 
 class RolloutBackendName(StrEnum):
@@ -74,6 +76,7 @@ class RolloutJob:
     # None (a single proxy): the backend's own proxy endpoint.
     proxy_url: str | None = None  # the worker's base URL (the Kubernetes backend's pods)
     proxy_socket: Path | None = None  # the worker's Unix socket (the local sandbox's forwarder)
+    fault: FaultKind | None = None  # the sandbox fault drawn for it (schemas.faults); None: none
 
 
 @dataclass(frozen=True)
@@ -86,6 +89,20 @@ class AgentEnd:
     message: str
     final_message: str | None = None  # what the harness said last, if it says
     session_id: str | None = None
+    faults: tuple[SandboxFault, ...] = ()  # the sandbox faults that fired in it
+
+    @staticmethod
+    def of_all(ends: Sequence[AgentEnd]) -> AgentEnd:
+        """The agent's phases as one end: the last one's, with the time and the faults of all
+        of them, failed or timed out if any was."""
+        last = ends[-1]
+        worst = next((e for e in ends if e.phase is not RolloutPhase.FINISHED), last)
+        return dataclasses.replace(
+            worst,
+            duration_s=sum(e.duration_s for e in ends),
+            final_message=last.final_message,
+            faults=tuple(f for e in ends for f in e.faults),
+        )
 
 
 @dataclass(frozen=True)
@@ -116,6 +133,8 @@ class RolloutBackend(abc.ABC):
     """Runs rollouts; one instance serves many concurrent :meth:`run` calls (threads)."""
 
     name: ClassVar[RolloutBackendName]
+    # Whether it injects the sandbox faults of schemas.faults (RolloutJob.fault).
+    sandbox_faults: ClassVar[bool] = False
 
     @classmethod
     @abc.abstractmethod

@@ -55,7 +55,7 @@ from infra.sandbox import (
 from infra.sandbox.warm_member import Member, Shape
 from infra.sandbox.warm_pool import WarmPool
 from infra.tasks import Task, VerifierReward, harbor
-from orchestrator import final_workspace
+from orchestrator import final_workspace, sandbox_faults
 from orchestrator.backend import (
     AgentEnd,
     RolloutBackend,
@@ -116,6 +116,7 @@ class LocalBackend(RolloutBackend):
     """Rollouts in ``sandbox`` (bubblewrap) on this machine, reaching the proxy at ``proxy``."""
 
     name = RolloutBackendName.LOCAL
+    sandbox_faults = True
 
     def __init__(
         self,
@@ -208,7 +209,7 @@ class LocalBackend(RolloutBackend):
             last = i == len(planned) - 1
             ends.append(self._run_agent(job, prepared, phase, meter))
             if last:
-                on_agent_end(_all_ends(ends))
+                on_agent_end(AgentEnd.of_all(ends))
             if self._cancelled.is_set():
                 raise InfrastructureError("cancelled")
             if last:  # the workspace as the agent left it, before the verifier writes into it
@@ -223,7 +224,7 @@ class LocalBackend(RolloutBackend):
                 and phase.min_reward is not None
                 and (reward.reward or 0) < phase.min_reward
             ):
-                on_agent_end(_all_ends(ends))  # below the step's min_reward: the rollout ends
+                on_agent_end(AgentEnd.of_all(ends))  # below the step's min_reward: the rollout ends
                 break
         assert verifier is not None
         reward = combine(task, rewards)
@@ -233,7 +234,7 @@ class LocalBackend(RolloutBackend):
         if saved is not None and saved.archive is not None:
             files[final_workspace.ARCHIVE] = saved.archive
         output = _tail(job.root / f"{planned[len(rewards) - 1].verifier.name}.out", OUTPUT_TAIL)
-        end = _all_ends(ends)
+        end = AgentEnd.of_all(ends)
         return Verified(end, reward, verifier.exit_code, duration, files, output, meter.costs)
 
     def _save_workspace(self, job: Job, prepared: Prepared) -> final_workspace.SavedWorkspace:
@@ -278,7 +279,8 @@ class LocalBackend(RolloutBackend):
         member's path), named by the same path inside."""
         harness, dirs = job.harness, prepared.dirs
         sandbox = self.environments.sandbox(prepared)
-        member = self._claim(job, prepared, phase, sandbox)
+        # A faulted rollout runs cold: its fault's files are laid out in its own home.
+        member = None if job.fault else self._claim(job, prepared, phase, sandbox)
         home = member.home if member is not None else dirs["home"]
         proxy = self.endpoint_for(job)
         endpoint = Endpoint(proxy.base_url, job.rollout_id, job.api_key, job.model)
@@ -288,12 +290,18 @@ class LocalBackend(RolloutBackend):
             RolloutDirs(home, Path(prepared.workdir)),
             phase.agent_timeout_s,
         )
+        if job.fault is not None:
+            fault_env = sandbox_faults.lay_out(job.fault, home)
+            inv = dataclasses.replace(inv, env={**inv.env, **fault_env})
         spec = self._agent_spec(job, prepared, phase, home, inv)
         # A member's files go back to the attempt's directories once it ends.
         result = sandbox.run(spec) if member is None else member.run(spec, job.root, dirs["home"])
         meter.sandbox("agent", result)
         meter.add("agent_warm", 0.0 if member is None else 1.0)
-        return _agent_end(result, harness, spec.stdout, phase.agent_timeout_s)
+        end = _agent_end(result, harness, spec.stdout, phase.agent_timeout_s)
+        if job.fault is None:
+            return end
+        return dataclasses.replace(end, faults=sandbox_faults.fired(job.fault, home))
 
     def _claim(
         self, job: Job, prepared: Prepared, phase: Phase, sandbox: SandboxBackend
@@ -381,15 +389,6 @@ def _agent_end(result: SandboxResult, harness: Harness, stdout: Path, timeout: f
     if result.outcome is not SandboxOutcome.EXITED:  # a limit struck: the agent's doing
         message = f"{result.outcome.value}: {message}"
     return AgentEnd(phase, result.exit_code, result.duration_s, message, final, session)
-
-
-def _all_ends(ends: list[AgentEnd]) -> AgentEnd:
-    """The agent's phases as one end: the last one's, with the time of all of them, failed or
-    timed out if any was."""
-    last = ends[-1]
-    worst = next((e for e in ends if e.phase is not RolloutPhase.FINISHED), last)
-    total = sum(e.duration_s for e in ends)
-    return dataclasses.replace(worst, duration_s=total, final_message=last.final_message)
 
 
 def _tail(path: Path, limit: int) -> str | None:

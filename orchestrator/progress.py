@@ -8,14 +8,34 @@ import time
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 
 from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from orchestrator.run import Counts
 from orchestrator.rundir import RolloutOutcome, Status
+
+
+@dataclass
+class Counts:
+    """Live counters, read by the progress display (updated under the orchestrator's lock)."""
+
+    planned: int = 0
+    queued: int = 0
+    running: int = 0
+    done: int = 0
+    agent_failures: int = 0  # the agent failed or timed out (scored as the verifier says)
+    infra_failures: int = 0  # attempts that failed for infrastructure reasons (retried)
+    gave_up: int = 0  # rollouts whose every attempt failed for infrastructure reasons
+    cancelled: int = 0
+    calls: int = 0  # model calls the proxy recorded for the verified rollouts
+    rewards: list[float] = field(default_factory=list)
+
+    @property
+    def mean_reward(self) -> float | None:
+        return sum(self.rewards) / len(self.rewards) if self.rewards else None
 
 
 def status_line(counts: Counts, elapsed_s: float) -> Text:

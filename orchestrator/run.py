@@ -43,7 +43,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from infra.harnesses import Harness
@@ -52,30 +52,13 @@ from infra.tasks import Task
 from orchestrator.backend import AgentEnd, RolloutBackend, RolloutJob, Verified
 from orchestrator.costs import CostMeter
 from orchestrator.plan import PlannedRollout
+from orchestrator.progress import Counts
 from orchestrator.rundir import RolloutOutcome, RunDir
 from schemas.enums import RolloutPhase
 from schemas.errors import ConfigError, InfrastructureError, OpenForgeError, ServiceError
+from schemas.faults import ROLLOUT_FAULTS, SANDBOX_FAULT, SANDBOX_FAULTS, FaultPlan, SandboxFault
+from schemas.registry import one_of
 from schemas.rollout import RETRIED
-
-
-@dataclass
-class Counts:
-    """Live counters, read by the progress display (updated under the orchestrator's lock)."""
-
-    planned: int = 0
-    queued: int = 0
-    running: int = 0
-    done: int = 0
-    agent_failures: int = 0  # the agent failed or timed out (scored as the verifier says)
-    infra_failures: int = 0  # attempts that failed for infrastructure reasons (retried)
-    gave_up: int = 0  # rollouts whose every attempt failed for infrastructure reasons
-    cancelled: int = 0
-    calls: int = 0  # model calls the proxy recorded for the verified rollouts
-    rewards: list[float] = field(default_factory=list)
-
-    @property
-    def mean_reward(self) -> float | None:
-        return sum(self.rewards) / len(self.rewards) if self.rewards else None
 
 
 @dataclass(frozen=True)
@@ -85,12 +68,15 @@ class OrchestratorConfig:
     max_attempts: attempts per rollout when infrastructure fails (1: no retry).
     backoff_s: the first retry's delay; doubled for each further attempt.
     model: the model name harnesses ask the proxy for.
+    faults: the run's fault plan; the orchestrator draws each rollout's sandbox fault from it
+        (the proxy injects the call faults). None: none.
     """
 
     concurrency: int = 4
     max_attempts: int = 3
     backoff_s: float = 1.0
     model: str = "tiny"
+    faults: FaultPlan | None = None
 
 
 class Orchestrator:
@@ -134,6 +120,12 @@ class Orchestrator:
         (how each task's environment is provided). :meth:`run` calls it too."""
         if not self._preflight_passed:
             self.backend.preflight(self.harness)
+            faults = self.config.faults
+            if faults is not None and faults.in_sandbox and not self.backend.sandbox_faults:
+                raise ConfigError(
+                    f"the {self.backend.name} backend does not inject sandbox faults "
+                    f"({one_of(ROLLOUT_FAULTS)}) yet: run them on the local backend"
+                )
             self._preflight_passed = True
         notes: list[str] = []
         for task in tasks:
@@ -274,6 +266,7 @@ class Orchestrator:
         start = time.monotonic()
         meter = CostMeter()
         meter.add("queued_s", start - queued)
+        fault = self.config.faults.pick_rollout(rollout_id) if self.config.faults else None
         try:
             reg = self.admin.register_rollout(
                 rollout_id,
@@ -281,7 +274,7 @@ class Orchestrator:
                 group_id=p.group_id,
                 harness=self.harness.name,
                 harness_version=self.harness.version,
-                metadata=p.started_metadata(attempt),
+                metadata=p.started_metadata(attempt) | ({SANDBOX_FAULT: fault} if fault else {}),
             )
         except ServiceError as exc:
             raise InfrastructureError(f"cannot register with the proxy: {exc}") from exc
@@ -296,6 +289,7 @@ class Orchestrator:
             self.run_dir.rollout_root(rollout_id),
             proxy_url=reg.base_url,
             proxy_socket=Path(reg.unix_socket) if reg.unix_socket else None,
+            fault=fault,
         )
         ended: list[AgentEnd] = []
         finished: list[Finished] = []
@@ -364,8 +358,16 @@ class Orchestrator:
             f"{p.task.id}@{p.task.version}",
             verified.verifier_output,
         )  # recorded with its verified phase, in one write
+        plan = self.config.faults
+        fired = {SANDBOX_FAULTS: SandboxFault.dumps(verified.agent.faults)}
         self._phase(
-            p, rollout_id, RolloutPhase.VERIFIED, message=source, costs=meter.costs, reward=scored
+            p,
+            rollout_id,
+            RolloutPhase.VERIFIED,
+            message=source,
+            costs=meter.costs,
+            metadata=fired if plan is not None and plan.in_sandbox else None,
+            reward=scored,
         )
         with self._lock:
             self.counts.rewards.append(reward.reward)

@@ -16,16 +16,19 @@ from proxy.chat_template import TemplateEngine
 from proxy.config import PauseMode, ProxyConfig, UpstreamKind
 from proxy.redaction import RedactionMode
 from proxy.render import RenderMode
-from schemas.faults import FaultKind, FaultPlan
+from schemas.errors import ConfigError
+from schemas.faults import ROLLOUT_FAULTS, FaultKind, FaultPlan
 from schemas.registry import one_of
 
 # Injected faults (schemas.faults), shared with `openforge rollouts run`.
 FAULTS = Annotated[
     list[str] | None,
     typer.Option(
-        help="Inject a fault into the harness's model calls on purpose, KIND=RATE (repeatable), "
-        f"KIND one of {one_of(FaultKind)}: answered as a failing model server would, each "
-        "fault recorded with its call (docs/rollouts.md).",
+        help="Inject a fault on purpose, KIND=RATE (repeatable), KIND one of "
+        f"{one_of(FaultKind)}: a call's (its rate per call), answered as a failing model server "
+        "would, or command_fails_once, a rollout's (its rate per rollout: the first command "
+        "bash runs in its sandbox fails once); each recorded with what it hit "
+        "(docs/rollouts.md).",
     ),
 ]
 FAULT_SEED = Annotated[
@@ -299,6 +302,12 @@ def _faults(opts: ProxyOptions) -> FaultPlan | None:
     if not opts.fault:
         return None
     plan = FaultPlan.parse(opts.fault, opts.fault_seed)
+    if plan.in_sandbox:
+        raise ConfigError(
+            f"--fault {one_of(ROLLOUT_FAULTS)} is injected by each rollout's sandbox, not by the "
+            "proxy: give it to `openforge rollouts run --fault`, or to a training config's faults "
+            "section (rates)"
+        )
     return dataclasses.replace(
         plan,
         retry_after_s=opts.fault_retry_after,

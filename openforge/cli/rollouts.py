@@ -207,10 +207,12 @@ def run(opts: RunOptions) -> None:
     job = _Job(
         console, chosen, dataset, opts.n, opts.out, opts.backend, section, opts.kube_proxy_url
     )
-    settings = OrchestratorConfig(concurrency=opts.concurrency, max_attempts=opts.max_attempts)
     faults = FaultPlan.parse(opts.fault, opts.fault_seed) if opts.fault else None
+    settings = OrchestratorConfig(
+        concurrency=opts.concurrency, max_attempts=opts.max_attempts, faults=faults
+    )
     if opts.proxy is not None:
-        if faults is not None:
+        if faults is not None and faults.active:
             raise ConfigError(
                 "--fault is injected by the run's own proxy: leave out --proxy, or start your "
                 "proxy with `openforge proxy --fault KIND=RATE`"

@@ -240,8 +240,9 @@ class EvaluationSection:
 class FaultsSection:
     rates: dict[str, float] = _f(
         {},
-        "probability per model call of each fault the proxy injects on purpose: "
-        f"{one_of(FaultKind)} (docs/rollouts.md; empty: none)",
+        "probability of each fault injected on purpose, per model call (the proxy's) or per "
+        f"rollout (command_fails_once, its sandbox's): {one_of(FaultKind)} (docs/rollouts.md; "
+        "empty: none)",
     )
     seed: int = _f(0, "with the rollout and the call, decides which calls get a fault")
     retry_after_s: int = _f(1, "the Retry-After of an injected 429 or 503")

@@ -232,6 +232,7 @@ class TrainingRun:
             concurrency=cfg.rollouts.concurrency,
             max_attempts=cfg.rollouts.max_attempts,
             model=POLICY,
+            faults=cfg.faults.plan(),
         )
         chosen, admin = launch.harness, services.admin
         self.train_orch = Orchestrator(

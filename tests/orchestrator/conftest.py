@@ -65,7 +65,8 @@ def job(
 ) -> Iterator[Job]:
     """A proxy on ``upstream`` and an orchestrator of ``harness`` on the local backend (built
     from its config section ``local``, as the command line builds it); without an upstream the
-    proxy checks prompts against ``max_model_len``; the proxy injects ``faults``."""
+    proxy checks prompts against ``max_model_len``; the proxy injects the call ``faults``, the
+    sandboxes the rollout ones."""
     kw: dict[str, Any] = {"faults": faults}
     if upstream == NO_UPSTREAM:
         kw |= {"max_model_len": max_model_len, "upstream_model": "tiny"}
@@ -79,7 +80,9 @@ def job(
             harness,
             proxy.admin,
             RunDir(tmp / "run"),
-            OrchestratorConfig(concurrency=concurrency, max_attempts=max_attempts, backoff_s=0.1),
+            OrchestratorConfig(
+                concurrency=concurrency, max_attempts=max_attempts, backoff_s=0.1, faults=faults
+            ),
         )
         try:
             yield Job(proxy, orchestrator, tmp / "run")

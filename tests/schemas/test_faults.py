@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from schemas.errors import ConfigError
-from schemas.faults import FaultKind, FaultPlan
+from schemas.faults import ROLLOUT_FAULTS, FaultKind, FaultPlan, SandboxFault
 
 rates = st.dictionaries(st.sampled_from(list(FaultKind)), st.floats(0, 0.2), max_size=5)
 
@@ -21,6 +21,7 @@ def test_a_calls_fault_depends_only_on_seed_rollout_and_call(
     kind = plan.pick(rollout, index, streamed)
     assert kind == FaultPlan(dict(r), seed).pick(rollout, index, streamed)  # replays the same
     assert kind is None or r.get(kind, 0) > 0
+    assert kind not in ROLLOUT_FAULTS  # a call never gets a sandbox fault
     if not streamed:
         assert kind is not FaultKind.STREAM_CUT  # only a stream can be cut
 
@@ -57,3 +58,21 @@ def test_parse_reads_kinds_and_rates() -> None:
     assert plan.rates == {FaultKind.HTTP_429: 0.25, FaultKind.SLOW_FIRST_BYTE: 0.5}
     assert plan.seed == 3 and plan.active
     assert not FaultPlan({FaultKind.HTTP_500: 0.0}).active
+
+
+def test_a_rollouts_sandbox_fault_is_drawn_per_rollout_at_about_its_rate() -> None:
+    plan = FaultPlan({FaultKind.COMMAND_FAILS_ONCE: 0.5, FaultKind.HTTP_503: 1.0}, seed=1)
+    assert plan.active and plan.in_sandbox  # a call rate of 1 beside a rollout rate: both fit
+    drawn = [plan.pick_rollout(f"r{i}") for i in range(2000)]
+    assert 900 < drawn.count(FaultKind.COMMAND_FAILS_ONCE) < 1100
+    assert drawn == [plan.pick_rollout(f"r{i}") for i in range(2000)]  # the same, replayed
+    assert FaultPlan({FaultKind.COMMAND_FAILS_ONCE: 0.0}).pick_rollout("r") is None
+    assert not FaultPlan({FaultKind.COMMAND_FAILS_ONCE: 1.0}).active  # nothing for the proxy
+    with pytest.raises(ConfigError, match=r"command_fails_once must be in \[0, 1\]"):
+        FaultPlan({FaultKind.COMMAND_FAILS_ONCE: 1.5})
+
+
+@given(st.lists(st.tuples(st.integers(0, 2**62), st.text(max_size=200)), max_size=4))
+def test_fired_sandbox_faults_read_back_as_written(items: list[tuple[int, str]]) -> None:
+    faults = [SandboxFault(FaultKind.COMMAND_FAILS_ONCE, at, command) for at, command in items]
+    assert SandboxFault.loads(SandboxFault.dumps(faults)) == faults
