@@ -61,6 +61,7 @@ VLM_MODULES = frozenset({
 # directory, and the two clobbered each other past the module's timeout).
 WHOLE_MODULES = frozenset({
     "tests/openforge/train/test_real_harness_runs.py",
+    "tests/openforge/train/test_recovery_run.py",
 })  # fmt: skip
 
 

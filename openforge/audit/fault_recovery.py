@@ -12,6 +12,14 @@ A faulted rollout pairs with the clean rollout of the same task, sample (the orc
   model now works from the failure);
 - **ended the rollout**: no call came after it: the harness stopped.
 
+A fault injected into the rollout's sandbox (``command_fails_once``, recorded with the rollout's
+verified event) hit a command: when the model had asked for it (a tool call whose arguments
+hold the command), it **reached the model** (the model saw the failure as the command's
+result), or **ended the rollout** if no call came after it; when not, it **hit the harness's own
+command** (the harness's start-up or housekeeping: the model never saw it; counted as absorbed).
+Its retries are the model's later tool calls of the same command, and its seconds to recover run
+from the fault to the first later call that carries a tool result that is not an error.
+
 Per faulted run, harness and fault kind, over the pairs the kind hit: the **recovery rate** (of
 the pairs whose clean rollout succeeded, reward > 0, and where a fault of the kind reached the
 model: the share whose faulted rollout still succeeded) beside the same rate where the harness
@@ -24,6 +32,7 @@ exit 0, and that got reward 0: it claimed done and was not).
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -32,8 +41,16 @@ from typing import Any
 import duckdb
 
 from openforge.audit.queries import Query, Result, run
+from openforge.audit.recovery import CALLS, is_error, load_body, tool_calls, tool_results
+from schemas.faults import SANDBOX_FAULTS, SandboxFault
 
-FATES = ("no error", "retried by the harness", "reached the model", "ended the rollout")
+FATES = (
+    "no error",
+    "retried by the harness",
+    "reached the model",
+    "ended the rollout",
+    "hit the harness's own command",
+)
 
 FAULT_CALLS = Query(
     "fault_calls",
@@ -43,6 +60,17 @@ FAULT_CALLS = Query(
     """
     SELECT rollout_id, event_id, fault, status, received_us, done_us, retry_of
     FROM completions ORDER BY rollout_id, call_index, received_us
+    """,
+)
+SANDBOX = Query(
+    "fault_sandbox",
+    "The sandbox faults that fired",
+    "one row per verified rollout of a run with sandbox faults: the faults that fired in it, "
+    "as recorded (JSON: kind, when, the command)",
+    f"""
+    SELECT rollout_id, arg_max(metadata['{SANDBOX_FAULTS}'], at_us) AS faults
+    FROM rollouts WHERE phase = 'verified' AND metadata['{SANDBOX_FAULTS}'] IS NOT NULL
+    GROUP BY 1 ORDER BY 1
     """,
 )
 PAIRABLE = Query(
@@ -226,14 +254,69 @@ def _mean(values: Sequence[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
 
+def sandbox_fault_fate(
+    rollout_id: str, fault: SandboxFault, calls: Sequence[dict[str, Any]]
+) -> Fault:
+    """What became of a sandbox fault, from the rollout's calls in order (their bodies)."""
+    asked = [
+        i
+        for i, call in enumerate(calls)
+        for _, _, args in tool_calls(str(call["dialect"]), load_body(call["response_body"]))
+        if _holds(args, fault.command)
+    ]
+    if not asked:
+        return Fault(rollout_id, fault.kind.value, FATES[4], 0, None)
+    first = asked[0]
+    fate = FATES[2] if first + 1 < len(calls) else FATES[3]
+    ok = next((c for c in calls[first + 1 :] if _succeeded(c, fault.at_us)), None)
+    recover = (int(ok["received_us"]) - fault.at_us) / 1e6 if ok else None
+    return Fault(rollout_id, fault.kind.value, fate, len(asked) - 1, recover)
+
+
+def _fired(text: object) -> list[SandboxFault]:
+    """The sandbox faults a verified event records (none where its value is not theirs: one
+    bad record never stops the table)."""
+    try:
+        return SandboxFault.loads(str(text))
+    except (ValueError, KeyError, TypeError):
+        return []
+
+
+def _succeeded(call: dict[str, Any], after_us: int) -> bool:
+    """Whether ``call``, made after ``after_us``, carries a tool result that is not an error."""
+    results = tool_results(str(call["dialect"]), load_body(call["request_body"]))
+    return int(call["received_us"]) > after_us and any(not is_error(t, f) for _, t, f in results)
+
+
+def _holds(arguments: str, command: str) -> bool:
+    """Whether a tool call's arguments (JSON text) hold ``command`` as one of their values."""
+    try:
+        value = json.loads(arguments)
+    except ValueError:
+        return False
+    return isinstance(value, dict) and command in value.values()
+
+
 def faults_in(con: duckdb.DuckDBPyConnection) -> list[Fault]:
-    """Every injected fault of a run, each with its fate (the ``fault_calls`` query)."""
+    """Every injected fault of a run, each with its fate: those of its calls (the
+    ``fault_calls`` query), then those of its sandboxes (``fault_sandbox``)."""
     calls = run(con, FAULT_CALLS)
     by_rollout: dict[str, list[dict[str, Any]]] = {}
     for values in calls.rows:
         call = dict(zip(calls.columns, values, strict=True))
         by_rollout.setdefault(str(call["rollout_id"]), []).append(call)
-    return [x for cs in by_rollout.values() for x in faults_of(cs)]
+    faults = [x for cs in by_rollout.values() for x in faults_of(cs)]
+    fired = [(str(rollout_id), _fired(text)) for rollout_id, text in run(con, SANDBOX).rows]
+    if not any(f for _, f in fired):
+        return faults
+    bodies = run(con, CALLS)
+    with_bodies: dict[str, list[dict[str, Any]]] = {}
+    for values in bodies.rows:
+        call = dict(zip(bodies.columns, values, strict=True))
+        with_bodies.setdefault(str(call["rollout_id"]), []).append(call)
+    for rollout_id, fs in fired:
+        faults += [sandbox_fault_fate(rollout_id, f, with_bodies.get(rollout_id, [])) for f in fs]
+    return faults
 
 
 def paired(

@@ -83,7 +83,8 @@ class ToolError:
     recovered_after_s: float | None  # None: no later tool result of the rollout succeeded
 
 
-def _load(body: str | None) -> dict[str, Any]:
+def load_body(body: str | None) -> dict[str, Any]:
+    """A recorded request or response body as JSON (an empty object where it is not one)."""
     try:
         value = json.loads(body) if body else {}
     except ValueError:
@@ -166,8 +167,9 @@ def rollout_errors(rollout_id: str, calls: Sequence[dict[str, Any]]) -> list[Too
     for i, call in enumerate(calls):
         dialect = str(call["dialect"])
         at = float(call["received_us"]) / 1e6
-        answer = tool_calls(dialect, _load(call["response_body"]))
-        new = [r for r in tool_results(dialect, _load(call["request_body"])) if r[0] not in seen]
+        answer = tool_calls(dialect, load_body(call["response_body"]))
+        results = tool_results(dialect, load_body(call["request_body"]))
+        new = [r for r in results if r[0] not in seen]
         seen.update(r[0] for r in new)
         for call_id, text, flagged in new:
             tool, args = made.get(call_id, ("?", ""))

@@ -113,6 +113,13 @@ def _train_one(cfg: TrainConfig, console: Console) -> Path:
         f"(v{result.policy_version}); train reward {_f(result.train_first)} -> "
         f"{_f(result.train_last)}"
     )
+    if result.heldout_faulted:  # faults.heldout = "both"
+        versions = sorted(result.heldout_faulted)
+        first, last = (result.heldout_faulted[v] for v in (versions[0], versions[-1]))
+        console.print(
+            f"held-out reward with a sandbox fault in each rollout {_f(first)} "
+            f"(v{versions[0]}) -> {_f(last)} (v{versions[-1]})"
+        )
     metrics_csv = run.root / "trainer" / "metrics.csv"
     console.print(
         f"curves: {report.curves}; metrics: {metrics_csv}; summary: {run.root / 'summary.json'}"

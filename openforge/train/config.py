@@ -7,10 +7,8 @@ built, before anything starts; :meth:`TrainConfig.to_toml` writes the resolved c
 
 from __future__ import annotations
 
-import dataclasses
-import json
 from dataclasses import dataclass, field
-from enum import Enum, StrEnum
+from enum import StrEnum
 from typing import Any
 
 from infra.harnesses import HARNESSES, PromptProfile
@@ -21,7 +19,7 @@ from orchestrator.environments import SandboxMode
 from orchestrator.kube_pod import check_cpu_request
 from pipeline.rewards import MissingRewards, RewardPolicy
 from schemas.errors import ConfigError
-from schemas.faults import FaultKind, FaultPlan, fault_kind
+from schemas.faults import ROLLOUT_FAULTS, FaultKind, FaultPlan, fault_kind
 from schemas.registry import one_of
 from trainer.algorithm_names import AdvantageEstimator, PolicyLoss
 from trainer.backends import BackendName
@@ -236,6 +234,13 @@ class EvaluationSection:
     tasks: int = _f(0, "held-out tasks evaluated: the split's first N, in its order (0: all)")
 
 
+class HeldOutFaults(StrEnum):
+    """``faults.heldout``: how the held-out split is evaluated in a run with sandbox faults."""
+
+    CLEAN = "clean"  # without them (the proxy's call faults, if any, hit every call)
+    BOTH = "both"  # clean, and again with each of them in every rollout (eval-faulted.csv)
+
+
 @dataclass
 class FaultsSection:
     rates: dict[str, float] = _f(
@@ -248,18 +253,31 @@ class FaultsSection:
     retry_after_s: int = _f(1, "the Retry-After of an injected 429 or 503")
     cut_after_chunks: int = _f(2, "chunks of a stream_cut answer sent before the cut")
     delay_s: float = _f(3.0, "seconds a slow_first_byte answer waits before its first byte")
+    heldout: HeldOutFaults = _f(
+        HeldOutFaults.CLEAN,
+        "held-out evaluation: clean (the sandbox faults only in training), or both: also with "
+        "each sandbox fault of rates in every held-out rollout (eval-faulted.csv, the dashed "
+        "curve)",
+    )
 
     def plan(self) -> FaultPlan | None:
         """The fault plan (None: no fault); a bad kind or rate is a ConfigError."""
         if not self.rates:
             return None
-        return FaultPlan(
+        plan = FaultPlan(
             {fault_kind(k): v for k, v in self.rates.items()},
             self.seed,
             self.retry_after_s,
             self.cut_after_chunks,
             self.delay_s,
         )
+        if self.heldout is HeldOutFaults.BOTH and not plan.in_sandbox:
+            raise ConfigError(
+                f'faults.heldout = "both" plays the held-out split with the sandbox faults of '
+                f"faults.rates, and it has none: add one ({one_of(ROLLOUT_FAULTS)}) or set "
+                'faults.heldout = "clean"'
+            )
+        return plan
 
 
 @dataclass
@@ -372,29 +390,3 @@ class TrainConfig:
                 "machine that the cluster's pods reach (the proxy listens there)"
             )
         check_cpu_request(kube.cpu_request)
-
-    def to_toml(self) -> str:
-        """The resolved config as TOML (written to the run directory)."""
-        lines: list[str] = []
-        for section in dataclasses.fields(self):
-            lines.append(f"[{section.name}]")
-            for f in dataclasses.fields(getattr(self, section.name)):
-                value = getattr(getattr(self, section.name), f.name)
-                lines.append(f"{f.name} = {toml_value(value)}")
-            lines.append("")
-        return "\n".join(lines)
-
-
-def toml_value(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, Enum):
-        value = value.value
-    if isinstance(value, str):  # JSON's string escapes are TOML's (and DEL must be escaped too)
-        return json.dumps(value, ensure_ascii=False).replace("\x7f", "\\u007f")
-    if isinstance(value, list):
-        return "[" + ", ".join(toml_value(v) for v in value) + "]"
-    if isinstance(value, dict):  # an inline table; keys quoted (patterns hold '*' and ':')
-        items = (f"{toml_value(str(k))} = {toml_value(v)}" for k, v in value.items())
-        return "{" + ", ".join(items) + "}"
-    return repr(value)

@@ -12,16 +12,17 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import json
 import tomllib
 import types
 import typing
 from collections.abc import Iterator
-from enum import StrEnum
+from enum import Enum, StrEnum
 from pathlib import Path
 from typing import Any, TypeVar
 
 from infra.eventlog.urls import absolute_location
-from openforge.train.config import BUILT, TrainConfig, toml_value
+from openforge.train.config import BUILT, TrainConfig
 from schemas.errors import ConfigError
 from schemas.registry import choose
 
@@ -174,3 +175,30 @@ def describe() -> str:
             lines.append(f"{f.name} = {toml_value(default)}  # {f.metadata.get('doc', '')}")
         lines.append("")
     return "\n".join(lines)
+
+
+def to_toml(cfg: TrainConfig) -> str:
+    """The resolved config as TOML (written to the run directory)."""
+    lines: list[str] = []
+    for section in dataclasses.fields(cfg):
+        lines.append(f"[{section.name}]")
+        for f in dataclasses.fields(getattr(cfg, section.name)):
+            value = getattr(getattr(cfg, section.name), f.name)
+            lines.append(f"{f.name} = {toml_value(value)}")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, Enum):
+        value = value.value
+    if isinstance(value, str):  # JSON's string escapes are TOML's (and DEL must be escaped too)
+        return json.dumps(value, ensure_ascii=False).replace("\x7f", "\\u007f")
+    if isinstance(value, list):
+        return "[" + ", ".join(toml_value(v) for v in value) + "]"
+    if isinstance(value, dict):  # an inline table; keys quoted (patterns hold '*' and ':')
+        items = (f"{toml_value(str(k))} = {toml_value(v)}" for k, v in value.items())
+        return "{" + ", ".join(items) + "}"
+    return repr(value)

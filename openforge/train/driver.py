@@ -10,7 +10,9 @@ Before the rollouts of an update, and once the trainer has made its last update,
 split is played at the served version when that version is a multiple of ``evaluation.every``
 (version 0 is the initial policy). Held-out rollouts go through the same proxy, pipeline and
 event log (they are audited like any other) but the trainer never trains on them: its stream
-admits only training tasks.
+admits only training tasks. With ``[faults] heldout = "both"``, each evaluation plays the
+held-out split a second time with a sandbox fault in every rollout (:class:`FaultedEval`,
+``eval-faulted.csv``): the held-out reward under faults beside the clean one.
 """
 
 from __future__ import annotations
@@ -97,6 +99,15 @@ class Pacing:
     update_wait_s: float = 3600.0
 
 
+@dataclass(frozen=True)
+class FaultedEval:
+    """The held-out split played again with faults: its orchestrator (every rollout faulted)
+    and its log (``eval-faulted.csv``)."""
+
+    orchestrator: Orchestrator
+    log: EvalLog
+
+
 class RolloutDriver(threading.Thread):
     """Plays the rollouts of updates ``first_step..pacing.steps`` and the evaluations due."""
 
@@ -112,8 +123,10 @@ class RolloutDriver(threading.Thread):
         first_step: int,
         tag: str,
         stop: threading.Event,
+        faulted: FaultedEval | None = None,
     ) -> None:
         super().__init__(daemon=True, name="rollout-driver")
+        self.faulted = faulted
         self.admin, self.train_orch, self.eval_orch = admin, train, evaluate
         self.train_tasks, self.heldout = list(train_tasks), list(heldout)
         self.pacing, self.evals, self.first_step, self.tag = pacing, evals, first_step, tag
@@ -149,19 +162,27 @@ class RolloutDriver(threading.Thread):
 
     def _maybe_evaluate(self, version: int, final: bool = False) -> None:
         due = final or version % self.pacing.eval_every == 0
-        if not self.heldout or not due or self.evals.done(version):
+        if not self.heldout or not due:
+            return
+        self._evaluate(version, self.eval_orch, self.evals, "eval")
+        if self.faulted is not None:
+            self._evaluate(version, self.faulted.orchestrator, self.faulted.log, "evalf")
+
+    def _evaluate(self, version: int, orch: Orchestrator, log: EvalLog, name: str) -> None:
+        """The held-out split at ``version`` through ``orch``, its mean reward into ``log``."""
+        if log.done(version):
             return
         self.evaluating = True
         t0 = time.monotonic()
         try:
-            planned = plan(self.heldout, self.pacing.eval_samples, f"{self.tag}-eval-v{version}")
-            records = self.eval_orch.run(planned)
+            planned = plan(self.heldout, self.pacing.eval_samples, f"{self.tag}-{name}-v{version}")
+            records = orch.run(planned)
         finally:
             self.evaluating = False
         rewards = [r.reward for r in records if r.reward is not None]
         if self.stop.is_set() or not rewards:
             return
-        self.evals.add(
+        log.add(
             Evaluation(version, sum(rewards) / len(rewards), len(rewards), time.monotonic() - t0)
         )
 

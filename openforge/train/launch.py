@@ -20,6 +20,7 @@ from infra.tasks import Task, load_dataset
 from infra.tiny_vlm import build_tiny_vlm
 from openforge.stack import tiny_model
 from openforge.train.config import TINY, TINY_VLM, TrainConfig, WarmStartRecipe
+from openforge.train.config_io import to_toml
 from openforge.train.demonstrations import DemoSettings
 from openforge.train.harness_warmstart import harness_warm_start
 from openforge.train.warmstart import warm_start
@@ -139,7 +140,7 @@ def initial_weights(cfg: TrainConfig, root: Path, model_dir: Path) -> tuple[Path
 def prepare_launch(cfg: TrainConfig, root: Path, say: Callable[[str], None] = print) -> Launch:
     """The run directory ``root`` with its resolved config, and what this launch starts from."""
     root.mkdir(parents=True, exist_ok=True)
-    (root / "config.toml").write_text(cfg.to_toml())
+    (root / "config.toml").write_text(to_toml(cfg))
     train_tasks = _split(cfg, cfg.tasks.train_split)
     heldout = _split(cfg, cfg.tasks.heldout_split)
     if cfg.evaluation.tasks:

@@ -6,9 +6,9 @@ from __future__ import annotations
 import csv
 import dataclasses
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
@@ -21,6 +21,8 @@ from infra.engine_meter import EngineTotals
 from openforge.train.config import TrainConfig
 from openforge.train.driver import EvalLog, Evaluation, RolloutDriver
 from orchestrator.run import Orchestrator
+
+FAULTED_EVAL = "eval-faulted.csv"  # the held-out split with sandbox faults (faults.heldout)
 
 
 @dataclass
@@ -140,9 +142,14 @@ def summary_table(metrics: list[dict[str, float]], evals: list[Evaluation]) -> T
 
 
 def plot_curves(
-    path: Path, metrics: list[dict[str, float]], evals: list[Evaluation], title: str
+    path: Path,
+    metrics: list[dict[str, float]],
+    evals: list[Evaluation],
+    title: str,
+    faulted: Sequence[Evaluation] = (),
 ) -> Path:
-    """Train reward per update and held-out reward per policy version, on one chart."""
+    """Train reward per update and held-out reward per policy version (and with sandbox
+    faults, dashed), on one chart."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -166,6 +173,15 @@ def plot_curves(
             linewidth=2,
             label="held-out tasks",
         )
+    if faulted:
+        ax.plot(
+            [e.policy_version for e in faulted],
+            [e.mean_reward for e in faulted],
+            marker="s",
+            linestyle="--",
+            linewidth=2,
+            label="held-out tasks, a sandbox fault in each",
+        )
     ax.set_xlabel("update (policy version)")
     ax.set_ylabel("mean reward")
     ax.set_ylim(-0.02, 1.02)
@@ -187,6 +203,7 @@ class RunSummary:
         policy_version: the version of the last update's weights.
         heldout_initial, heldout_final: the first and the last held-out mean reward.
         heldout: held-out mean reward per policy version evaluated.
+        heldout_faulted: the same with a sandbox fault in every rollout (``faults.heldout``).
         train_first, train_last: mean train reward of the first and the last (up to) 3 updates.
         max_behavior_kl: the largest trainer-vs-engine KL of any update.
         seconds: the launch's time from the driver's start to the last episode.
@@ -201,6 +218,7 @@ class RunSummary:
     train_last: float | None
     max_behavior_kl: float | None
     seconds: float
+    heldout_faulted: dict[int, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -215,7 +233,7 @@ class Report:
 def run_summary(root: Path, seconds: float) -> RunSummary:
     """The figures a run is judged by, from its run directory."""
     metrics = read_metrics(root / "trainer" / "metrics.csv")
-    evals = EvalLog(root / "eval.csv").rows
+    evals, faulted = EvalLog(root / "eval.csv").rows, root / FAULTED_EVAL
     rewards = [r["reward/mean"] for r in metrics if "reward/mean" in r]
     k = max(1, min(3, len(rewards) // 2)) if rewards else 0
     return RunSummary(
@@ -228,6 +246,7 @@ def run_summary(root: Path, seconds: float) -> RunSummary:
         train_last=sum(rewards[-k:]) / k if k else None,
         max_behavior_kl=max((abs(r.get("actor/behavior_kl", 0.0)) for r in metrics), default=None),
         seconds=round(seconds, 1),
+        heldout_faulted={e.policy_version: e.mean_reward for e in EvalLog(faulted).rows},
     )
 
 
@@ -248,7 +267,8 @@ def write_summary(root: Path, summary: RunSummary) -> None:
 def write_report(root: Path, evals: list[Evaluation], title: str, seconds: float) -> Report:
     """The run's report: ``curves.png`` and ``summary.json`` written to ``root``."""
     metrics = read_metrics(root / "trainer" / "metrics.csv")
-    curves = plot_curves(root / "curves.png", metrics, evals, title)
+    faulted = EvalLog(root / FAULTED_EVAL).rows
+    curves = plot_curves(root / "curves.png", metrics, evals, title, faulted)
     summary = run_summary(root, seconds)
     write_summary(root, summary)
     return Report(summary, metrics, curves)

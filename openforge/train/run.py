@@ -20,38 +20,34 @@ Run directory: ``config.toml`` (resolved), ``services/`` (vLLM and proxy logs, t
 ``log/`` (the event log), ``archive/`` (the Parquet archive: completion, rollout and reward
 events, episodes and dead letters, and the trainer's step lineage), ``pipeline.log``,
 ``rollouts/`` and ``eval/`` (one directory per rollout), ``trainer/`` (metrics.csv, TensorBoard,
-checkpoints, exported weights), ``eval.csv``, ``curves.png``, ``summary.json``.
+checkpoints, exported weights), ``eval.csv`` (and ``eval-faulted.csv``, ``eval-faulted/``: the
+held-out split played with sandbox faults), ``curves.png``, ``summary.json``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
-from urllib.parse import urlsplit
 
 from infra.engine_meter import EngineMeter
-from infra.harnesses.browser import Observation
-from infra.images import ImagePolicy
 from infra.local.vllm import VLLMServer
 from openforge.stack import (
-    ModelServer,
-    ProxyOptions,
     Stack,
-    StackSpec,
-    StreamingPipeline,
     pipeline_process,
     serve,
 )
 from openforge.train.cluster import RolloutCluster, rollout_cluster
 from openforge.train.config import POLICY, TrainConfig
 from openforge.train.drain import drain
-from openforge.train.driver import EvalLog, Pacing, RolloutDriver
+from openforge.train.driver import EvalLog, FaultedEval, RolloutDriver
 from openforge.train.launch import Launch, prepare_launch
 from openforge.train.report import (
+    FAULTED_EVAL,
     Live,
     Report,
     dataset_name,
@@ -59,12 +55,19 @@ from openforge.train.report import (
     write_engine_totals,
     write_report,
 )
+from openforge.train.specs import (
+    backend_config,
+    faulted_heldout,
+    pacing,
+    pipeline_job,
+    stack_spec,
+)
 from orchestrator.backend import RunProxy
-from orchestrator.local import LocalConfig
-from orchestrator.registry import RolloutBackendConfig, build_backend
+from orchestrator.registry import build_backend
 from orchestrator.run import Orchestrator, OrchestratorConfig
 from orchestrator.rundir import RunDir, Status
 from schemas.errors import ServiceError
+from schemas.faults import FaultPlan
 from trainer.weight_sync import SyncMode, WeightSync
 
 if TYPE_CHECKING:  # the trainer's loop imports torch: only the trainer step needs it
@@ -75,58 +78,6 @@ class Watched(Protocol):
     """A started service: ``check_alive`` raises :class:`ServiceError` once it has died."""
 
     def check_alive(self) -> None: ...
-
-
-def stack_spec(cfg: TrainConfig, root: Path, launch: Launch, host: str = "127.0.0.1") -> StackSpec:
-    """The run's vLLM and proxy (listening on ``host``): the policy as the LoRA adapter
-    ``policy`` on the warm-started model, or (``trainer.lora_rank = 0``) as full weights served
-    under that name."""
-    lora = cfg.trainer.lora_rank > 0
-    # Every screenshot stays in the browser agent's history: one per turn, and the first page.
-    images = cfg.harness.max_turns + 1 if cfg.harness.observation is not Observation.TEXT else 0
-    served = (
-        ModelServer(
-            launch.model_dir, None, cfg.model.context, max(cfg.trainer.lora_rank, 8), images
-        )
-        if lora
-        else ModelServer(launch.weights, POLICY, cfg.model.context, None, images)
-    )
-    return StackSpec(
-        out=root / "services",
-        log_url=launch.log_url,
-        model=POLICY,
-        tokenizer=launch.model_dir,
-        vllm=served,
-        proxy=ProxyOptions(
-            max_model_len=cfg.model.context,
-            max_tokens_cap=cfg.proxy.max_tokens_cap,
-            workers=cfg.proxy.workers,  # >1: each sandbox gets its worker's socket
-            host=host,
-            faults=cfg.faults.plan(),
-        ),
-        proxy_args=(*cfg.proxy.extra_args, "--image-dir", str(launch.images)),
-    )
-
-
-def pipeline_job(cfg: TrainConfig, root: Path, log_url: str) -> StreamingPipeline:
-    """The run's streaming pipeline: episodes to the run's log, everything to its archive."""
-    return StreamingPipeline(
-        log_url, root / "archive", cfg.pipeline.lateness_s, tuple(cfg.pipeline.beam_args),
-        cfg.pipeline.reward_policy(),
-    )  # fmt: skip
-
-
-def pacing(cfg: TrainConfig, per_step: int) -> Pacing:
-    """How the driver paces rollouts to the trainer, and when it evaluates."""
-    return Pacing(
-        cfg.trainer.steps,
-        per_step,
-        cfg.rollouts.samples_per_task,
-        cfg.trainer.max_staleness,
-        cfg.evaluation.every,
-        cfg.evaluation.samples_per_task,
-        cfg.trainer.seed,
-    )
 
 
 def _per_step(cfg: TrainConfig, launch: Launch) -> int:
@@ -149,6 +100,7 @@ class TrainingRun:
         self.train_orch: Orchestrator | None = None
         self.eval_orch: Orchestrator | None = None
         self.evals = EvalLog(self.root / "eval.csv")
+        self.faulted_eval: FaultedEval | None = None
         self.driver: RolloutDriver | None = None
         self.failure: ServiceError | None = None
         self.tag = ""
@@ -225,7 +177,7 @@ class TrainingRun:
         """The rollout backend and the train and eval orchestrators; the tasks checked."""
         cfg = self.cfg
         run_proxy = RunProxy(services.admin.url, services.endpoint)
-        config = _backend_config(cfg, cluster, services.admin.url, self.root / "warm")
+        config = backend_config(cfg, cluster, services.admin.url, self.root / "warm")
         backend = build_backend(config, run_proxy)
         stack.callback(backend.close)
         orch_cfg = OrchestratorConfig(
@@ -235,10 +187,17 @@ class TrainingRun:
             faults=cfg.faults.plan(),
         )
         chosen, admin = launch.harness, services.admin
-        self.train_orch = Orchestrator(
-            backend, chosen, admin, RunDir(self.root / "rollouts"), orch_cfg
-        )
-        self.eval_orch = Orchestrator(backend, chosen, admin, RunDir(self.root / "eval"), orch_cfg)
+
+        def orchestrator(name: str, faults: FaultPlan | None) -> Orchestrator:
+            settings = dataclasses.replace(orch_cfg, faults=faults)
+            return Orchestrator(backend, chosen, admin, RunDir(self.root / name), settings)
+
+        self.train_orch = orchestrator("rollouts", orch_cfg.faults)
+        self.eval_orch = orchestrator("eval", None)  # clean of sandbox faults
+        faulted = faulted_heldout(cfg)
+        if faulted is not None:  # the held-out split again, every rollout faulted
+            log = EvalLog(self.root / FAULTED_EVAL)
+            self.faulted_eval = FaultedEval(orchestrator("eval-faulted", faulted), log)
         train_tasks, heldout = launch.train_tasks, launch.heldout
         for note, n in _collapse(self.train_orch.check([*train_tasks, *heldout])):
             self.say(f"note ({n} tasks): {note}" if n > 1 else f"note: {note}")
@@ -260,6 +219,7 @@ class TrainingRun:
             launch.done_steps + 1,
             launch.tag,
             self.stop,
+            self.faulted_eval,
         )
         stack.callback(self._stop_driver)
         self.live.started = self.live.last_step_at = time.monotonic()
@@ -352,7 +312,8 @@ class TrainingRun:
 
     def _stop_driver(self) -> None:
         self.stop.set()
-        for orch in (self.train_orch, self.eval_orch):
+        faulted = self.faulted_eval.orchestrator if self.faulted_eval else None
+        for orch in (self.train_orch, self.eval_orch, faulted):
             if orch is not None:
                 orch.cancel()
         if self.driver is not None and self.driver.is_alive():
@@ -377,22 +338,3 @@ def _collapse(notes: list[str]) -> list[tuple[str, int]]:
         key = rest if sep else note
         counts[key] = counts.get(key, 0) + 1
     return list(counts.items())
-
-
-def _backend_config(
-    cfg: TrainConfig, cluster: RolloutCluster | None, proxy_url: str, warm_dir: Path
-) -> RolloutBackendConfig:
-    """The rollout backend's section from ``[rollouts]`` (where tasks with an image run, the
-    warm pool: one member per rollout slot) and, on Kubernetes, the cluster and the proxy's
-    port."""
-    r = cfg.rollouts
-    images = ImagePolicy(fallbacks=r.image_fallbacks, strict=r.strict_images)
-    warm = r.concurrency if r.warm_pool else 0
-    local = LocalConfig(sandbox=r.sandbox, images=images, warm_pool=warm, warm_dir=warm_dir)
-    if cluster is None:
-        return RolloutBackendConfig(name=r.backend, local=local)
-    port = urlsplit(proxy_url).port
-    assert port is not None  # the proxy's admin URL is http://HOST:PORT
-    return RolloutBackendConfig(
-        name=r.backend, local=local, kubernetes=cluster.options(port, images)
-    )

@@ -12,9 +12,10 @@ import typer
 from infra.harnesses import Agent
 from openforge.cli import app
 from openforge.stack import ModelServer, ProxyOptions, StreamingPipeline, proxy_argv
+from openforge.train.config import POLICY
 from openforge.train.config_io import build_config
 from openforge.train.launch import Launch
-from openforge.train.run import POLICY, pipeline_job, stack_spec
+from openforge.train.specs import pipeline_job, stack_spec
 
 
 def _parsed(argv: list[str]) -> dict[str, Any]:

@@ -4,30 +4,42 @@ first command bash runs in a faulted rollout fails once with ``Resource temporar
 unavailable``, before it runs; the agent sees that as the command's result; a policy that runs
 it again recovers (reward 1), one that stops does not (reward 0). The fault drawn is recorded
 with the rollout's start and the command it hit with its verified end; the orchestrator never
-retries a rollout for it. The same rollouts clean (no plan) all score 1."""
+retries a rollout for it. The same rollouts clean (no plan) all score 1, and the paired recovery
+table (``openforge query --clean``, ``openforge audit --compare``) reads the two runs' records:
+the fault reached the model twice, and one of the two recovered."""
 
 from __future__ import annotations
 
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
+import duckdb
 import pytest
 
 from infra.harnesses import harness
 from infra.tasks import Task, load_task
+from openforge.audit.fault_recovery import COLUMNS, paired
+from openforge.query.source import RunFiles
+from openforge.query.views import connect
 from openforge.testing.policy import Script, ScriptedPolicy, serving
 from openforge.testing.proxy import completions_of, read_events
 from orchestrator.environments import SandboxMode
 from orchestrator.local import LocalConfig
-from orchestrator.rundir import Status
+from orchestrator.rundir import RolloutOutcome, Status
+from schemas.archive import ArchiveWriter
+from schemas.codec import Record
 from schemas.enums import RolloutPhase
 from schemas.faults import SANDBOX_FAULT, SANDBOX_FAULTS, FaultKind, FaultPlan, SandboxFault
 from schemas.rollout import RolloutEvent
 from tests.orchestrator.conftest import EXAMPLES, job
 
 WRITE = {"command": "echo data > answer.txt"}
-PLANS = {"[again]": [WRITE, WRITE], "[once]": [WRITE]}  # runs it again after an error, or not
+PLANS: dict[str, list[dict[str, Any] | tuple[str, dict[str, Any]]]] = {
+    "[again]": [WRITE, WRITE],
+    "[once]": [WRITE],
+}  # runs it again after an error, or not
 UNAVAILABLE = "bash: echo: Resource temporarily unavailable"
 
 
@@ -41,7 +53,9 @@ def _tasks(tmp: Path) -> list[Task]:
     return tasks
 
 
-def _run(tmp: Path, model: Path, sandbox: SandboxMode, plan: FaultPlan | None) -> tuple:
+def _run(
+    tmp: Path, model: Path, sandbox: SandboxMode, plan: FaultPlan | None
+) -> tuple[dict[str, RolloutOutcome], list[Record], duckdb.DuckDBPyConnection]:
     tasks = _tasks(tmp / "tasks")
     policy = ScriptedPolicy(model, Script("shell", WRITE, final="Done.", plans=PLANS))
     local = LocalConfig(sandbox=sandbox)
@@ -51,9 +65,12 @@ def _run(tmp: Path, model: Path, sandbox: SandboxMode, plan: FaultPlan | None) -
     ):
         records = j.run(tasks)
         j.proxy.flush()
-        events = read_events(j.proxy.config.log_url, want=10)
+        # 2 rollouts: 4 lifecycle events and a reward each, 3 calls and 2 calls.
+        events = read_events(j.proxy.config.log_url, want=15)
+    ArchiveWriter(tmp / "archive").write(events)
     by_task = {t.id: t for t in tasks}
-    return {by_task[r.task_id].path.name: r for r in records}, events
+    named = {by_task[r.task_id].path.name: r for r in records}
+    return named, events, connect(RunFiles.of_archive(tmp / "archive"))
 
 
 @pytest.mark.parametrize("sandbox", [SandboxMode.BUBBLEWRAP, SandboxMode.CONTAINER])
@@ -61,7 +78,7 @@ def test_the_first_command_fails_once_and_a_policy_that_runs_it_again_recovers(
     sandbox: SandboxMode, tiny_model_dir: Path, tmp_path: Path
 ) -> None:
     plan = FaultPlan({FaultKind.COMMAND_FAILS_ONCE: 1.0}, seed=3)
-    records, events = _run(tmp_path / "faulted", tiny_model_dir, sandbox, plan)
+    records, events, faulted = _run(tmp_path / "faulted", tiny_model_dir, sandbox, plan)
     assert {n: (r.status, r.attempt, r.reward) for n, r in records.items()} == {
         "again": (Status.VERIFIED, 1, 1.0),  # the command again: it ran
         "once": (Status.VERIFIED, 1, 0.0),  # stopped after the error: nothing written
@@ -83,6 +100,17 @@ def test_the_first_command_fails_once_and_a_policy_that_runs_it_again_recovers(
             last = [m["content"] for m in later["messages"] if m["role"] == "tool"][-1]
             assert last.startswith("exit code: 0"), last
 
-    clean, events = _run(tmp_path / "clean", tiny_model_dir, sandbox, None)
+    clean, events, twins = _run(tmp_path / "clean", tiny_model_dir, sandbox, None)
     assert {n: r.reward for n, r in clean.items()} == {"again": 1.0, "once": 1.0}
     assert all(SANDBOX_FAULTS not in e.metadata for e in events if isinstance(e, RolloutEvent))
+
+    (row,) = paired(twins, {"faulted": faulted}).rows
+    got = dict(zip(COLUMNS, row, strict=True))
+    assert {k: got[k] for k in COLUMNS[:10]} == {
+        "run": "faulted", "harness": "agent", "kind": "command_fails_once", "pairs": 2,
+        "clean_succeeded": 2, "reached_model": 2, "recovery_rate": 0.5, "absorbed": 0,
+        "absorbed_recovery_rate": None, "ended": 0,
+    }  # fmt: skip
+    assert got["retries_per_fault"] == 0.5  # "again" ran the failed command once more
+    assert got["recovery_gap"] == 0.5 and got["false_successes"] == 1  # "once" said done
+    assert got["recover_s"] is not None and got["recover_s"] > 0

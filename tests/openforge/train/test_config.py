@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from openforge.stack import fault_args
 from openforge.train.config import TrainConfig
-from openforge.train.config_io import build_config, describe, load_config
+from openforge.train.config_io import build_config, describe, load_config, to_toml
 from schemas.errors import ConfigError
 from schemas.faults import FaultKind
 
@@ -157,7 +157,7 @@ def test_the_resolved_config_round_trips_through_toml(
         [],
     )
     cfg.pipeline.beam_args = args
-    again = build_config(tomllib.loads(cfg.to_toml()))
+    again = build_config(tomllib.loads(to_toml(cfg)))
     assert again == cfg
 
 
