@@ -3,8 +3,9 @@ socket for the sandboxes) and a helper that runs a job through the real local ba
 
 from __future__ import annotations
 
+import shutil
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +23,7 @@ from infra.harnesses.base import (
     SystemHarness,
 )
 from infra.sandbox import ProxyEndpoint
-from infra.tasks import Task
+from infra.tasks import Task, load_task
 from openforge.testing.proxy import RunningProxy, proxy_config, running_proxy
 from orchestrator.backend import RunProxy
 from orchestrator.local import LocalConfig
@@ -145,3 +146,16 @@ class ScriptHarness(SystemHarness):
 
     def report(self, stdout: str) -> Report:
         return Report(final_message=stdout.strip().splitlines()[-1] if stdout.strip() else None)
+
+
+def marked_tasks(tmp: Path, markers: Iterable[str]) -> list[Task]:
+    """The echo-data task once per marker (a directory of ``tmp`` each, named by the marker
+    without its brackets), the marker at the end of its instruction: what a scripted policy's
+    plans key on (``openforge.testing.policy.Script``)."""
+    tasks = []
+    for marker in markers:
+        root = tmp / marker.strip("[]")
+        shutil.copytree(EXAMPLES.parent / "echo-words" / "echo-data", root)
+        (root / "instruction.md").write_text(f"Write the word data to answer.txt. {marker}\n")
+        tasks.append(load_task(root))
+    return tasks

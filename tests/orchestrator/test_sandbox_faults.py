@@ -11,7 +11,6 @@ the fault reached the model twice, and one of the two recovered."""
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +18,6 @@ import duckdb
 import pytest
 
 from infra.harnesses import harness
-from infra.tasks import Task, load_task
 from openforge.audit.fault_recovery import COLUMNS, paired
 from openforge.query.source import RunFiles
 from openforge.query.views import connect
@@ -33,7 +31,7 @@ from schemas.codec import Record
 from schemas.enums import RolloutPhase
 from schemas.faults import SANDBOX_FAULT, SANDBOX_FAULTS, FaultKind, FaultPlan, SandboxFault
 from schemas.rollout import RolloutEvent
-from tests.orchestrator.conftest import EXAMPLES, job
+from tests.orchestrator.conftest import job, marked_tasks
 
 WRITE = {"command": "echo data > answer.txt"}
 PLANS: dict[str, list[dict[str, Any] | tuple[str, dict[str, Any]]]] = {
@@ -43,20 +41,10 @@ PLANS: dict[str, list[dict[str, Any] | tuple[str, dict[str, Any]]]] = {
 UNAVAILABLE = "bash: echo: Resource temporarily unavailable"
 
 
-def _tasks(tmp: Path) -> list[Task]:
-    tasks = []
-    for marker in PLANS:
-        root = tmp / marker.strip("[]")
-        shutil.copytree(EXAMPLES.parent / "echo-words" / "echo-data", root)
-        (root / "instruction.md").write_text(f"Write the word data to answer.txt. {marker}\n")
-        tasks.append(load_task(root))
-    return tasks
-
-
 def _run(
     tmp: Path, model: Path, sandbox: SandboxMode, plan: FaultPlan | None
 ) -> tuple[dict[str, RolloutOutcome], list[Record], duckdb.DuckDBPyConnection]:
-    tasks = _tasks(tmp / "tasks")
+    tasks = marked_tasks(tmp / "tasks", PLANS)
     policy = ScriptedPolicy(model, Script("shell", WRITE, final="Done.", plans=PLANS))
     local = LocalConfig(sandbox=sandbox)
     with (

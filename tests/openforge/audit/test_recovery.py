@@ -5,13 +5,12 @@ known errors and recovers from a known share of them, asserted exactly."""
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from infra.harnesses import harness
-from infra.tasks import load_task
 from openforge.audit.recovery import is_error, recovery, rollout_errors, tool_calls, tool_results
 from openforge.query.source import RunFiles
 from openforge.query.views import connect
@@ -19,11 +18,11 @@ from openforge.testing.policy import Script, ScriptedPolicy, serving
 from openforge.testing.proxy import read_events
 from orchestrator.rundir import Status
 from schemas.archive import ArchiveWriter
-from tests.orchestrator.conftest import EXAMPLES, job
+from tests.orchestrator.conftest import job, marked_tasks
 
 FAIL = {"command": "cat notes.txt"}  # the workspace has no notes.txt
 WRITE = {"command": "echo data > answer.txt"}
-PLANS = {
+PLANS: dict[str, list[dict[str, Any] | tuple[str, dict[str, Any]]]] = {
     "[recover]": [FAIL, WRITE],  # changed approach, recovered
     "[retry]": [FAIL, FAIL, WRITE],  # retried, then changed approach, recovered
     "[give-up]": [FAIL],  # answered right after the error: ended the rollout, reward 0
@@ -89,26 +88,16 @@ def test_what_followed_each_error_and_when_it_recovered() -> None:
     ].recovered_after_s is None
 
 
-def _tasks(tmp: Path) -> list[object]:
-    tasks = []
-    for marker in PLANS:
-        root = tmp / marker.strip("[]")
-        shutil.copytree(EXAMPLES.parent / "echo-words" / "echo-data", root)
-        (root / "instruction.md").write_text(f"Write the word data to answer.txt. {marker}\n")
-        tasks.append(load_task(root))
-    return tasks
-
-
 def test_a_scripted_policy_recovers_a_known_share_of_its_errors(
     tiny_model_dir: Path, tmp_path: Path
 ) -> None:
-    tasks = _tasks(tmp_path / "tasks")
+    tasks = marked_tasks(tmp_path / "tasks", PLANS)
     policy = ScriptedPolicy(tiny_model_dir, Script("shell", WRITE, final="Done.", plans=PLANS))
     with serving(policy) as url, job(tmp_path, harness("agent"), tiny_model_dir, upstream=url) as j:
-        records = j.run(tasks)  # type: ignore[arg-type]
+        records = j.run(tasks)
         j.proxy.flush()
         ArchiveWriter(tmp_path / "archive").write(read_events(j.proxy.config.log_url, want=30))
-    assert {(r.task_id, r.status) for r in records} == {(t.id, Status.VERIFIED) for t in tasks}  # type: ignore[attr-defined]
+    assert {(r.task_id, r.status) for r in records} == {(t.id, Status.VERIFIED) for t in tasks}
     table = recovery(connect(RunFiles.of_archive(tmp_path / "archive")))
     (row,) = table.rows
     got = dict(zip(table.columns, row, strict=True))
