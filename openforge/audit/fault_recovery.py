@@ -297,23 +297,23 @@ def _holds(arguments: str, command: str) -> bool:
     return isinstance(value, dict) and command in value.values()
 
 
+def _by_rollout(calls: Result) -> dict[str, list[dict[str, Any]]]:
+    """A query's rows (one per call, in order) as dicts, grouped by their rollout."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for values in calls.rows:
+        call = dict(zip(calls.columns, values, strict=True))
+        out.setdefault(str(call["rollout_id"]), []).append(call)
+    return out
+
+
 def faults_in(con: duckdb.DuckDBPyConnection) -> list[Fault]:
     """Every injected fault of a run, each with its fate: those of its calls (the
     ``fault_calls`` query), then those of its sandboxes (``fault_sandbox``)."""
-    calls = run(con, FAULT_CALLS)
-    by_rollout: dict[str, list[dict[str, Any]]] = {}
-    for values in calls.rows:
-        call = dict(zip(calls.columns, values, strict=True))
-        by_rollout.setdefault(str(call["rollout_id"]), []).append(call)
-    faults = [x for cs in by_rollout.values() for x in faults_of(cs)]
+    faults = [x for cs in _by_rollout(run(con, FAULT_CALLS)).values() for x in faults_of(cs)]
     fired = [(str(rollout_id), _fired(text)) for rollout_id, text in run(con, SANDBOX).rows]
     if not any(f for _, f in fired):
         return faults
-    bodies = run(con, CALLS)
-    with_bodies: dict[str, list[dict[str, Any]]] = {}
-    for values in bodies.rows:
-        call = dict(zip(bodies.columns, values, strict=True))
-        with_bodies.setdefault(str(call["rollout_id"]), []).append(call)
+    with_bodies = _by_rollout(run(con, CALLS))
     for rollout_id, fs in fired:
         faults += [sandbox_fault_fate(rollout_id, f, with_bodies.get(rollout_id, [])) for f in fs]
     return faults

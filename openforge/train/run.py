@@ -184,7 +184,6 @@ class TrainingRun:
             concurrency=cfg.rollouts.concurrency,
             max_attempts=cfg.rollouts.max_attempts,
             model=POLICY,
-            faults=cfg.faults.plan(),
         )
         chosen, admin = launch.harness, services.admin
 
@@ -192,7 +191,7 @@ class TrainingRun:
             settings = dataclasses.replace(orch_cfg, faults=faults)
             return Orchestrator(backend, chosen, admin, RunDir(self.root / name), settings)
 
-        self.train_orch = orchestrator("rollouts", orch_cfg.faults)
+        self.train_orch = orchestrator("rollouts", cfg.faults.plan())
         self.eval_orch = orchestrator("eval", None)  # clean of sandbox faults
         faulted = faulted_heldout(cfg)
         if faulted is not None:  # the held-out split again, every rollout faulted
