@@ -227,8 +227,11 @@ def traffic(opts: TrafficOptions) -> None:
         keep_going = (
             (lambda: True) if opts.until_version is None else _below(admin, opts.until_version)
         )
-        counts = run(cfg, keep_going).counts()
+        report = run(cfg, keep_going)
         version = admin.policy_version()
+    for line in report.failures():
+        typer.echo(line, err=True)
+    counts = report.counts()
     typer.echo(json.dumps({**counts, "policy_version": version}))
     played = counts["harness_sessions"] - counts["harness_sessions_failed"]
     if counts["calls_answered"] == 0 and played == 0:

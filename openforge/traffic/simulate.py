@@ -93,6 +93,16 @@ class TrafficReport:
             "harness_sessions_failed": sum(r.plan.harness is not None and r.failed > 0 for r in rs),
         }
 
+    def failures(self) -> list[str]:
+        """Why each failed call and feedback failed, one line each (the session first)."""
+        lines = [f"{r.plan.session}: call failed: {e}" for r in self.results for e in r.errors]
+        lines += [
+            f"{r.plan.session}: feedback failed: {r.feedback_error}"
+            for r in self.results
+            if r.feedback_error is not None
+        ]
+        return lines
+
 
 def plans(cfg: TrafficConfig) -> Iterator[SessionPlan]:
     """The sessions to play, in order (deterministic in ``seed``)."""

@@ -81,7 +81,7 @@ class ProxyClient:
         base_url: str,
         feedback_token: str | None,
         retry_s: float = 60.0,
-        timeout: float = 120.0,
+        timeout: float = 600.0,  # the OpenAI SDK's: a call held through a weight swap is waited for
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.feedback_token = feedback_token
@@ -111,12 +111,14 @@ class ProxyClient:
         self, dialect: Dialect, session: str, body: dict[str, Any]
     ) -> dict[str, Any] | tuple[str, bool]:
         """The answer, or (why it failed, whether to retry)."""
+        started = time.monotonic()
         try:
             resp = await self.http.post(
                 self.base_url + PATHS[dialect], json=body, headers=headers(dialect, session)
             )
         except httpx.TransportError as exc:  # refused, reset: the proxy is restarting
-            return f"{type(exc).__name__}: {exc}", True
+            took = time.monotonic() - started
+            return f"{type(exc).__name__} after {took:.1f} s: {exc}", True
         if resp.status_code == 200:
             answer: dict[str, Any] = resp.json()
             return answer

@@ -118,7 +118,11 @@ def _users(kube: LocalKube, tmp_path: Path, until_version: int) -> dict[str, int
     )  # fmt: skip
     assert users.returncode == 0, f"{users.stdout}\n{users.stderr}"
     counts: dict[str, int] = json.loads(users.stdout.strip().splitlines()[-1])
-    assert counts["calls_failed"] == 0 and counts["feedback_failed"] == 0, counts
+    why = (
+        f"{counts}\n{users.stderr}\nproxy:\n{_logs(kube, 'deployment/openforge-proxy', 60)}"
+        f"\ntrainer:\n{_logs(kube, 'openforge-trainer-0', 60)}"
+    )
+    assert counts["calls_failed"] == 0 and counts["feedback_failed"] == 0, why
     return counts
 
 
