@@ -42,7 +42,8 @@ from infra.sandbox import ProxyEndpoint
 from infra.tasks import Task, VerifierReward, harbor
 from schemas.enums import RolloutPhase
 from schemas.errors import ConfigError
-from schemas.faults import FaultKind, SandboxFault
+from schemas.faults import ROLLOUT_FAULTS, FaultKind, FaultPlan, SandboxFault
+from schemas.registry import one_of
 
 
 class RolloutBackendName(StrEnum):
@@ -135,6 +136,16 @@ class RolloutBackend(abc.ABC):
     name: ClassVar[RolloutBackendName]
     # Whether it injects the sandbox faults of schemas.faults (RolloutJob.fault).
     sandbox_faults: ClassVar[bool] = False
+
+    @classmethod
+    def check_faults(cls, faults: FaultPlan | None) -> None:
+        """ConfigError if ``faults`` draws sandbox faults this backend does not inject (checked
+        before anything starts)."""
+        if faults is not None and faults.in_sandbox and not cls.sandbox_faults:
+            raise ConfigError(
+                f"the {cls.name} backend does not inject sandbox faults "
+                f"({one_of(ROLLOUT_FAULTS)}) yet: run them on the local backend"
+            )
 
     @classmethod
     @abc.abstractmethod

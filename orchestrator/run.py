@@ -56,8 +56,7 @@ from orchestrator.progress import Counts
 from orchestrator.rundir import RolloutOutcome, RunDir
 from schemas.enums import RolloutPhase
 from schemas.errors import ConfigError, InfrastructureError, OpenForgeError, ServiceError
-from schemas.faults import ROLLOUT_FAULTS, SANDBOX_FAULT, SANDBOX_FAULTS, FaultPlan, SandboxFault
-from schemas.registry import one_of
+from schemas.faults import SANDBOX_FAULT, SANDBOX_FAULTS, FaultPlan, SandboxFault
 from schemas.rollout import RETRIED
 
 
@@ -119,13 +118,8 @@ class Orchestrator:
         (ConfigError, saying where it can run). Returns the backend's notes for the run's log
         (how each task's environment is provided). :meth:`run` calls it too."""
         if not self._preflight_passed:
+            self.backend.check_faults(self.config.faults)
             self.backend.preflight(self.harness)
-            faults = self.config.faults
-            if faults is not None and faults.in_sandbox and not self.backend.sandbox_faults:
-                raise ConfigError(
-                    f"the {self.backend.name} backend does not inject sandbox faults "
-                    f"({one_of(ROLLOUT_FAULTS)}) yet: run them on the local backend"
-                )
             self._preflight_passed = True
         notes: list[str] = []
         for task in tasks:

@@ -20,6 +20,7 @@ from pathlib import Path
 from schemas.faults import FaultKind, SandboxFault
 
 DIR = ".openforge-fault"  # under the rollout's home
+EXIT_CODE = 126  # bash's "found but cannot run"
 
 _SCRIPT = """\
 # OpenForge: an injected sandbox fault (command_fails_once, issue 53). Bash reads this file
@@ -27,7 +28,7 @@ _SCRIPT = """\
 if [ -n "${{BASH_EXECUTION_STRING-}}" ] && mkdir {fired} 2>/dev/null; then
   printf '%s' "$BASH_EXECUTION_STRING" > {fired}/command
   printf 'bash: %s: Resource temporarily unavailable\\n' "${{BASH_EXECUTION_STRING%% *}}" >&2
-  exit 126
+  exit {exit_code}
 fi
 """
 
@@ -41,8 +42,14 @@ def lay_out(kind: FaultKind, home: Path) -> dict[str, str]:
     root.mkdir(parents=True, exist_ok=True)
     root.chmod(0o777)  # the image's USER, whoever it is, claims the fault in it
     script = root / "command_fails_once.sh"
-    script.write_text(_SCRIPT.format(fired=shlex.quote(str(root / "fired"))))
+    script.write_text(_SCRIPT.format(fired=shlex.quote(str(root / "fired")), exit_code=EXIT_CODE))
     return {"BASH_ENV": str(script)}
+
+
+def failed(command: str) -> tuple[int, str]:
+    """What ``command`` returns when the fault hits it: the exit code and the stderr the script
+    writes (the warm start's recovery demonstrations show exactly this)."""
+    return EXIT_CODE, f"bash: {command.split(' ')[0]}: Resource temporarily unavailable\n"
 
 
 def fired(kind: FaultKind, home: Path) -> tuple[SandboxFault, ...]:

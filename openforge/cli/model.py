@@ -48,9 +48,9 @@ def warm_start_cmd(
     """Build (or find in the cache) the warm-started model a train config starts from."""
     from openforge.cli.train import DEMO_CONFIG
     from openforge.cli.userns import enter_for_containers
-    from openforge.train.config import WarmStartRecipe
     from openforge.train.config_io import load_config
     from openforge.train.launch import prepare_model
+    from openforge.train.warm_start_config import WarmStartRecipe
 
     cfg = load_config(config or DEMO_CONFIG, [*(set_ or [])])
     if cfg.warm_start.recipe is WarmStartRecipe.HARNESS_TRAFFIC:  # it plays tasks in sandboxes

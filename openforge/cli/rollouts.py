@@ -188,6 +188,7 @@ def run(opts: RunOptions) -> None:
     from openforge.stack import SANDBOX_PROXY_PORT, local_stack
     from orchestrator.backend import RolloutBackendName, RunProxy
     from orchestrator.environments import SandboxMode
+    from orchestrator.registry import ROLLOUT_BACKENDS
     from orchestrator.run import OrchestratorConfig
     from schemas.registry import choose
 
@@ -197,6 +198,8 @@ def run(opts: RunOptions) -> None:
     if opts.agent_timeout_multiplier != 1:
         dataset = [t.with_agent_timeout_multiplier(opts.agent_timeout_multiplier) for t in dataset]
     backend_name = choose(RolloutBackendName, opts.backend, "rollout backend")  # before any start
+    faults = FaultPlan.parse(opts.fault, opts.fault_seed) if opts.fault else None
+    ROLLOUT_BACKENDS.get(backend_name).check_faults(faults)
     sandbox_mode = choose(SandboxMode, opts.sandbox, "sandbox")
     if backend_name is RolloutBackendName.LOCAL:
         enter_for_containers(sandbox_mode)
@@ -207,7 +210,6 @@ def run(opts: RunOptions) -> None:
     job = _Job(
         console, chosen, dataset, opts.n, opts.out, opts.backend, section, opts.kube_proxy_url
     )
-    faults = FaultPlan.parse(opts.fault, opts.fault_seed) if opts.fault else None
     settings = OrchestratorConfig(
         concurrency=opts.concurrency, max_attempts=opts.max_attempts, faults=faults
     )

@@ -113,6 +113,9 @@ def _train_one(cfg: TrainConfig, console: Console) -> Path:
         f"(v{result.policy_version}); train reward {_f(result.train_first)} -> "
         f"{_f(result.train_last)}"
     )
+    if result.faults:
+        rates = ", ".join(f"{kind} {rate:g}" for kind, rate in sorted(result.faults.items()))
+        console.print(f"faults were injected into the training rollouts: {rates}")
     if result.heldout_faulted:  # faults.heldout = "both"
         versions = sorted(result.heldout_faulted)
         first, last = (result.heldout_faulted[v] for v in (versions[0], versions[-1]))

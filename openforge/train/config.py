@@ -9,11 +9,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
 
 from infra.harnesses import HARNESSES, PromptProfile
 from infra.harnesses.browser import Observation
 from infra.images import DEFAULT_FALLBACKS
+from openforge.train.config_field import setting as _f
+from openforge.train.warm_start_config import WarmStartRecipe, WarmStartSection
 from orchestrator.backend import RolloutBackendName
 from orchestrator.environments import SandboxMode
 from orchestrator.kube_pod import check_cpu_request
@@ -25,16 +26,6 @@ from trainer.algorithm_names import AdvantageEstimator, PolicyLoss
 from trainer.backends import BackendName
 from trainer.stream import StalePolicy
 
-
-def _f(default: Any, doc: str, *, path: bool = False) -> Any:
-    """A field with its default and its one-line description; ``path``: its value is a path or
-    a location (``local:DIR``), made absolute by :func:`load_config`."""
-    metadata = {"doc": doc, "path": path}
-    if isinstance(default, list | dict):
-        return field(default_factory=lambda: type(default)(default), metadata=metadata)
-    return field(default=default, metadata=metadata)
-
-
 TINY = "tiny"  # model.base: the tiny model built locally, not a path
 TINY_VLM = "tiny-vlm"  # model.base: the tiny vision-language model over it (infra/tiny_vlm.py)
 BUILT = (TINY, TINY_VLM)  # model.base values that name a model built here, not a path
@@ -42,13 +33,6 @@ BUILT = (TINY, TINY_VLM)  # model.base values that name a model built here, not 
 # alike: a harness may print it in its prompt (OpenClaw's runtime line, OpenCode's system
 # prompt), and a policy fine-tuned on prompts naming another model garbles its answers.
 POLICY = "policy"
-
-
-class WarmStartRecipe(StrEnum):
-    NONE = "none"  # start RL from the base model as it is
-    ECHO_WORDS = "echo-words"  # SFT on generated echo-words conversations (the demo's tasks)
-    # SFT on the run's real harness's own recorded traffic with a scripted teacher
-    HARNESS_TRAFFIC = "harness-traffic"
 
 
 @dataclass
@@ -61,44 +45,6 @@ class ModelSection:
     )
     seed: int = _f(0, "seed of the tiny model's tokenizer and weights")
     context: int = _f(4096, "context window served by vLLM and checked by the proxy (tokens)")
-
-
-@dataclass
-class WarmStartSection:
-    recipe: WarmStartRecipe = _f(
-        WarmStartRecipe.ECHO_WORDS,
-        "supervised warm start: none, echo-words (the agent harness's prompt, generated), "
-        "harness-traffic (the run's harness, recorded playing against a scripted teacher)",
-    )
-    steps: int = _f(1000, "SFT steps at most on the exact demonstrator (ends once it copies)")
-    noisy_steps: int = _f(100, "then SFT steps on the noisy one (see correct_fraction)")
-    correct_fraction: float = _f(0.25, "how often the noisy one writes to the instructed file")
-    lr: float = _f(3e-3, "SFT learning rate")
-    exact_lr: float = _f(0.0, "harness-traffic: SFT learning rate on the whole sequences (0: lr)")
-    noisy_lr: float = _f(
-        0.0,
-        "SFT learning rate of the noisy phase (0: lr); at lr the instructed file's probability "
-        "swings by tenths from step to step, at 1e-4 it settles near correct_fraction",
-    )
-    batch: int = _f(16, "SFT examples per step")
-    seed: int = _f(0, "seed of the SFT data and model")
-    window: int = _f(
-        48,
-        "a sequence-length warmup first shows each sample from this many tokens before its "
-        "first answer (0: none), then the whole sequence (both recipes)",
-    )
-    window_steps: int = _f(300, "SFT steps of that warmup")
-    window_max_steps: int = _f(
-        0,
-        "harness-traffic: past window_steps the warmup goes on until greedy decoding reproduces "
-        "90% of the probes' windows, at most this many steps in all (0: window_steps, no more)",
-    )
-    baseline: float = _f(
-        0.0,
-        "harness-traffic: the noisy phase stops once the instructed file's probability, where "
-        "a correct and an imperfect demonstration part, is within [baseline/2, baseline] "
-        "(0: all noisy_steps)",
-    )
 
 
 @dataclass
@@ -305,15 +251,10 @@ class TrainConfig:
 
     def check(self) -> None:
         """Ranges that types cannot say."""
+        from orchestrator.registry import ROLLOUT_BACKENDS
+
         self.pipeline.reward_policy()
-        self.faults.plan()
-        ws = self.warm_start
-        counts = (ws.steps, ws.noisy_steps, ws.window, ws.window_steps, ws.window_max_steps)
-        if min(*counts, ws.noisy_lr, ws.exact_lr) < 0:
-            raise ConfigError(
-                "warm_start.steps, noisy_steps, window, window_steps, window_max_steps, "
-                "exact_lr and noisy_lr must be >= 0"
-            )
+        ROLLOUT_BACKENDS.get(self.rollouts.backend).check_faults(self.faults.plan())
         positive = {
             "tasks.per_step": self.tasks.per_step,
             "rollouts.samples_per_task": self.rollouts.samples_per_task,
@@ -337,10 +278,7 @@ class TrainConfig:
             raise ConfigError(f"evaluation.tasks must be >= 0 (0: every held-out task), not {n}")
         if self.trainer.lr < 0 or self.warm_start.lr <= 0:
             raise ConfigError("trainer.lr must be >= 0 and warm_start.lr > 0")
-        if not 0.0 <= self.warm_start.correct_fraction <= 1.0:
-            raise ConfigError("warm_start.correct_fraction must be within [0, 1]")
-        if not 0.0 <= self.warm_start.baseline < 1.0:
-            raise ConfigError("warm_start.baseline must be within [0, 1)")
+        self.warm_start.check()
         if self.trainer.max_staleness < 0 or self.trainer.lora_rank < 0:
             raise ConfigError("trainer.max_staleness and trainer.lora_rank must be >= 0")
         if not 1 <= self.proxy.workers <= MAX_PROXY_WORKERS:

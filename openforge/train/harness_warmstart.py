@@ -51,8 +51,9 @@ from pathlib import Path
 from typing import Any
 
 from infra.harnesses import Harness
-from openforge.train.config import POLICY, WarmStartSection
+from openforge.train.config import POLICY
 from openforge.train.demonstrations import Demonstration, DemoSettings, record
+from openforge.train.warm_start_config import WarmStartSection
 from schemas.errors import ConfigError
 from trainer.sft import Masked, SFTConfig, fine_tune
 
@@ -104,7 +105,11 @@ def cache_key(
     }  # the settings of later phases do not decide an earlier phase's model
     for name in later.get(phase, ()):
         settings.pop(name)
-    for name in ("exact_lr", "window_max_steps"):  # settings added later, at their default
+    for name in (
+        "exact_lr",
+        "window_max_steps",
+        "recovery_fraction",
+    ):  # added later: at their default
         if settings.get(name) in ("0", "0.0"):  # (off): the key they had before, kept
             settings.pop(name)
     # format 2: the probes and forks read each demonstration's acting sample, not its first;

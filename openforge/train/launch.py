@@ -19,10 +19,11 @@ from infra.images import ImagePolicy
 from infra.tasks import Task, load_dataset
 from infra.tiny_vlm import build_tiny_vlm
 from openforge.stack import tiny_model
-from openforge.train.config import TINY, TINY_VLM, TrainConfig, WarmStartRecipe
+from openforge.train.config import TINY, TINY_VLM, TrainConfig
 from openforge.train.config_io import to_toml
 from openforge.train.demonstrations import DemoSettings
 from openforge.train.harness_warmstart import harness_warm_start
+from openforge.train.warm_start_config import WarmStartRecipe
 from openforge.train.warmstart import warm_start
 from schemas.errors import ConfigError
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -204,6 +204,8 @@ class RunSummary:
         heldout_initial, heldout_final: the first and the last held-out mean reward.
         heldout: held-out mean reward per policy version evaluated.
         heldout_faulted: the same with a sandbox fault in every rollout (``faults.heldout``).
+        faults: the rate of each fault kind injected into training (``faults.rates``; empty:
+            none was).
         train_first, train_last: mean train reward of the first and the last (up to) 3 updates.
         max_behavior_kl: the largest trainer-vs-engine KL of any update.
         seconds: the launch's time from the driver's start to the last episode.
@@ -219,6 +221,7 @@ class RunSummary:
     max_behavior_kl: float | None
     seconds: float
     heldout_faulted: dict[int, float] = field(default_factory=dict)
+    faults: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -230,8 +233,11 @@ class Report:
     curves: Path
 
 
-def run_summary(root: Path, seconds: float) -> RunSummary:
-    """The figures a run is judged by, from its run directory."""
+def run_summary(
+    root: Path, seconds: float, faults: Mapping[str, float] | None = None
+) -> RunSummary:
+    """The figures a run is judged by, from its run directory (``faults``: the rates of the
+    faults injected into its training)."""
     metrics = read_metrics(root / "trainer" / "metrics.csv")
     evals, faulted = EvalLog(root / "eval.csv").rows, root / FAULTED_EVAL
     rewards = [r["reward/mean"] for r in metrics if "reward/mean" in r]
@@ -247,6 +253,7 @@ def run_summary(root: Path, seconds: float) -> RunSummary:
         max_behavior_kl=max((abs(r.get("actor/behavior_kl", 0.0)) for r in metrics), default=None),
         seconds=round(seconds, 1),
         heldout_faulted={e.policy_version: e.mean_reward for e in EvalLog(faulted).rows},
+        faults={kind: rate for kind, rate in (faults or {}).items() if rate > 0},
     )
 
 
@@ -264,12 +271,18 @@ def write_summary(root: Path, summary: RunSummary) -> None:
     (root / "summary.json").write_text(text + "\n")
 
 
-def write_report(root: Path, evals: list[Evaluation], title: str, seconds: float) -> Report:
+def write_report(
+    root: Path,
+    evals: list[Evaluation],
+    title: str,
+    seconds: float,
+    faults: Mapping[str, float] | None = None,
+) -> Report:
     """The run's report: ``curves.png`` and ``summary.json`` written to ``root``."""
     metrics = read_metrics(root / "trainer" / "metrics.csv")
     faulted = EvalLog(root / FAULTED_EVAL).rows
     curves = plot_curves(root / "curves.png", metrics, evals, title, faulted)
-    summary = run_summary(root, seconds)
+    summary = run_summary(root, seconds, faults)
     write_summary(root, summary)
     return Report(summary, metrics, curves)
 

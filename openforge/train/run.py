@@ -132,7 +132,7 @@ class TrainingRun:
             self._train(launch, sync, engine)
             seconds = self._finish(launch)
             write_engine_totals(self.root, engine.since_start())
-        return write_report(self.root, self.evals.rows, self._title(), seconds)
+        return write_report(self.root, self.evals.rows, self._title(), seconds, self._faults())
 
     def _nothing_left(self, launch: Launch) -> bool:
         """A rerun of a finished run: every update made and the last policy evaluated."""
@@ -145,7 +145,11 @@ class TrainingRun:
             f"nothing left to do: all {self.cfg.trainer.steps} updates were made and their "
             "last policy evaluated; raise trainer.steps to train on"
         )
-        return write_report(self.root, self.evals.rows, self._title(), previous_seconds(self.root))
+        seconds = previous_seconds(self.root)
+        return write_report(self.root, self.evals.rows, self._title(), seconds, self._faults())
+
+    def _faults(self) -> dict[str, float]:
+        return dict(self.cfg.faults.rates)
 
     def _title(self) -> str:
         return f"{dataset_name(self.cfg.tasks.dataset)} ({self.cfg.harness.name})"

@@ -14,7 +14,11 @@ learns the format and to copy the word from the prompt. Then ``noisy_steps`` on 
 that still copies the word but writes to the instructed file only ``correct_fraction`` of the
 time (else to ``answer.md``, ``answers.txt``, ``/tmp/answer.txt`` or ``notes.txt``). The
 warm-started policy therefore scores about that fraction; following the instruction reliably,
-on held-out words too, is the RL run's job. Words are drawn from the tiny model's one-token
+on held-out words too, is the RL run's job. With ``recovery_fraction`` (the recovery config,
+issue 53) a quarter of the noisy phase's examples come after a first command that failed, shown
+exactly as the ``command_fails_once`` sandbox fault makes the agent see it: the demonstrator
+runs the command again that often, else answers ``Done.``; running it again after a failure is
+then something RL can reinforce. Words are drawn from the tiny model's one-token
 words, held-out words included: the warm start is the baseline the held-out evaluation compares
 against.
 
@@ -34,7 +38,9 @@ from pathlib import Path
 from typing import Any
 
 from infra.harnesses.agent import prompt_messages, shell_tool, tool_message
-from openforge.train.config import HarnessSection, WarmStartRecipe, WarmStartSection
+from openforge.train.config import HarnessSection
+from openforge.train.warm_start_config import WarmStartRecipe, WarmStartSection
+from orchestrator.sandbox_faults import failed
 from schemas.errors import ConfigError
 from trainer.sft import Example, SFTConfig, fine_tune
 
@@ -43,6 +49,7 @@ WORKDIR = "/app"
 TARGET = "answer.txt"
 COPY_RATE = 0.9  # phase 1 ends once greedy decoding copies the word this often
 WRONG_TARGETS = ("answer.md", "answers.txt", "/tmp/answer.txt", "notes.txt")
+RECOVERY_SHARE = 0.25  # of the noisy phase's examples, with recovery_fraction: after a failure
 # Settings of the harness-traffic recipe alone: they do not decide this recipe's model.
 HARNESS_TRAFFIC_ONLY = ("baseline",)
 
@@ -63,6 +70,7 @@ class EchoWordsData:
         )
         self.command_timeout_s = agent_command_timeout()
         self.correct_fraction = 1.0
+        self.recovery_fraction = 0.0  # > 0: failed first commands shown too (see __call__)
         self.window = 0  # > 0: each prompt cut to its last this many tokens
         self._cache: dict[tuple[str, str], list[Example]] = {}
 
@@ -73,6 +81,9 @@ class EchoWordsData:
         return list(out["input_ids"] if isinstance(out, dict) or hasattr(out, "keys") else out)
 
     def _examples(self, word: str, target: str) -> list[Example]:
+        """The turns of a clean rollout: (the first prompt, the command), (the prompt after its
+        result, ``Done.``); then of one whose command failed: (the prompt after the failure,
+        the command again), (the same prompt, ``Done.``)."""
         key = (word, target)
         if key not in self._cache:  # rendering the chat template is most of a step's cost
             self._cache[key] = self._render_examples(word, target)
@@ -81,26 +92,28 @@ class EchoWordsData:
     def _render_examples(self, word: str, target: str) -> list[Example]:
         messages = prompt_messages(INSTRUCTION.format(word=word), WORKDIR, self.command_timeout_s)
         first = self._render(messages, generation=True)
-        call_id = "call_1_0"
-        call = {
-            "id": call_id,
-            "type": "function",
-            "function": {
-                "name": "shell",
-                "arguments": json.dumps({"command": f"echo {word} > {target}"}),
-            },
-        }
-        answered = [*messages, {"role": "assistant", "content": None, "tool_calls": [call]}]
+        command = f"echo {word} > {target}"
+        answered = [*messages, _shell_call("call_1_0", command)]
+        completion = self._completion(first, answered)
+        done = [*self.tok.encode("Done."), self.end]
+        ok = {"exit_code": 0, "stdout": "", "stderr": "", "timed_out": False}
+        second = self._render([*answered, self._tool("call_1_0", ok)], generation=True)
+        code, stderr = failed(command)
+        fault = {"exit_code": code, "stdout": "", "stderr": stderr, "timed_out": False}
+        after_fault = [*answered, self._tool("call_1_0", fault)]
+        again_prompt = self._render(after_fault, generation=True)
+        again = self._completion(again_prompt, [*after_fault, _shell_call("call_2_0", command)])
+        return [(first, completion), (second, done), (again_prompt, again), (again_prompt, done)]
+
+    def _completion(self, prompt: list[int], answered: list[dict[str, Any]]) -> list[int]:
+        """The tokens of ``answered``'s last (assistant) message after ``prompt``."""
         full = self._render(answered, generation=False)
         # The template ends an assistant turn with "<|im_end|>\n"; the model stops at <|im_end|>.
-        end = full.index(self.end, len(first))
-        completion = full[len(first) : end + 1]
-        result = {"exit_code": 0, "stdout": "", "stderr": "", "timed_out": False}
-        second = self._render(
-            [*answered, tool_message(call_id, result, self.command_timeout_s)], generation=True
-        )
-        done = [*self.tok.encode("Done."), self.end]
-        return [(first, completion), (second, done)]
+        end = full.index(self.end, len(prompt))
+        return full[len(prompt) : end + 1]
+
+    def _tool(self, call_id: str, result: dict[str, Any]) -> dict[str, Any]:
+        return tool_message(call_id, result, self.command_timeout_s)
 
     def copy_rate(self, model: Any, words: list[str]) -> float:
         """How often greedy decoding copies the word into a well-formed ``echo`` command."""
@@ -118,16 +131,38 @@ class EchoWordsData:
         return sum(f'"echo {w} >' in t for w, t in zip(words, texts, strict=True)) / len(words)
 
     def __call__(self, rng: random.Random, batch: int) -> list[Example]:
+        """A batch: nine tenths first turns, a tenth second turns; with ``recovery_fraction``,
+        a quarter are turns after a failed command instead (the command again that often, else
+        ``Done.``), the rest in the same proportions."""
         out: list[Example] = []
         while len(out) < batch:
             word = rng.choice(self.words)
             target = TARGET
             if rng.random() >= self.correct_fraction:
                 target = rng.choice(WRONG_TARGETS)
-            first, second = self._examples(word, target)
-            prompt, completion = first if rng.random() < 0.9 else second
+            first, second, again, gave_up = self._examples(word, target)
+            draw = rng.random()
+            if self.recovery_fraction and draw >= 1.0 - RECOVERY_SHARE:
+                pick = again if rng.random() < self.recovery_fraction else gave_up
+            else:
+                pick = first if draw < 0.9 * (1.0 - self._share()) else second
+            prompt, completion = pick
             out.append((prompt[-self.window :] if self.window else prompt, completion))
         return out
+
+    def _share(self) -> float:
+        return RECOVERY_SHARE if self.recovery_fraction else 0.0
+
+
+def _shell_call(call_id: str, command: str) -> dict[str, Any]:
+    """The assistant message that runs ``command`` with the agent's ``shell`` tool."""
+    arguments = json.dumps({"command": command})
+    call = {
+        "id": call_id,
+        "type": "function",
+        "function": {"name": "shell", "arguments": arguments},
+    }
+    return {"role": "assistant", "content": None, "tool_calls": [call]}
 
 
 def agent_command_timeout() -> float:
@@ -153,8 +188,10 @@ def cache_key(base: Path, ws: WarmStartSection, phase: int = 2) -> str:
 
     settings = {k: str(v) for k, v in vars(ws).items() if k not in HARNESS_TRAFFIC_ONLY}
     if phase == 1:
-        for name in ("noisy_steps", "correct_fraction", "noisy_lr"):
+        for name in ("noisy_steps", "correct_fraction", "noisy_lr", "recovery_fraction"):
             settings.pop(name)
+    if settings.get("recovery_fraction") == "0.0":  # added later: off, the key it had before
+        settings.pop("recovery_fraction")
     key: dict[str, Any] = {"base": directory_digest(base), "warm_start": settings, "format": 2}
     if phase == 1:
         key["phase"] = 1
@@ -194,7 +231,7 @@ def warm_start(
         f"warm start: {ws.window_steps} + {ws.steps} + {ws.noisy_steps} SFT steps on echo-words "
         f"demonstrations ({len(data.words)} words; the first phase on the last {ws.window} "
         "tokens of each prompt, the last writes to the instructed file "
-        f"{ws.correct_fraction:.0%} of the time); cached for later runs"
+        f"{ws.correct_fraction:.0%} of the time{_recovery(ws)}); cached for later runs"
     )
     exact = exact_dir(base, ws, cache)
     if (exact / "config.json").exists():
@@ -202,9 +239,16 @@ def warm_start(
     else:
         _exact_phases(base, exact, data, ws, say)
     data.window, data.correct_fraction = 0, ws.correct_fraction
+    data.recovery_fraction = ws.recovery_fraction
     lr = ws.noisy_lr or ws.lr
     cfg = SFTConfig(steps=ws.noisy_steps, batch=ws.batch, lr=lr, seed=ws.seed + 1)
     return fine_tune(exact, out, data, cfg, on_step=_reporter(3, ws.noisy_steps, say))
+
+
+def _recovery(ws: WarmStartSection) -> str:
+    if not ws.recovery_fraction:
+        return ""
+    return f" and, after a failed command, runs it again {ws.recovery_fraction:.0%} of the time"
 
 
 def _exact_phases(

@@ -73,6 +73,10 @@ def test_a_bad_fault_or_a_fault_without_the_runs_own_proxy_is_refused_first(
     for args, said in (
         (["--fault", "http_418=0.1"], "unknown fault 'http_418': one of http_500"),
         (["--fault", "http_503=0.1", "--proxy", "http://127.0.0.1:9"], "leave out --proxy"),
+        (
+            ["--fault", "command_fails_once=1", "--backend", "kubernetes"],
+            "the kubernetes backend does not inject sandbox faults (command_fails_once) yet",
+        ),
     ):
         done = subprocess.run(
             _cli("--tasks", "examples/tasks", "--out", str(tmp_path), *args),

@@ -18,6 +18,7 @@ import duckdb
 import pytest
 
 from infra.harnesses import harness
+from infra.harnesses.agent import tool_message
 from openforge.audit.fault_recovery import COLUMNS, paired
 from openforge.query.source import RunFiles
 from openforge.query.views import connect
@@ -26,6 +27,7 @@ from openforge.testing.proxy import completions_of, read_events
 from orchestrator.environments import SandboxMode
 from orchestrator.local import LocalConfig
 from orchestrator.rundir import RolloutOutcome, Status
+from orchestrator.sandbox_faults import failed
 from schemas.archive import ArchiveWriter
 from schemas.codec import Record
 from schemas.enums import RolloutPhase
@@ -38,7 +40,10 @@ PLANS: dict[str, list[dict[str, Any] | tuple[str, dict[str, Any]]]] = {
     "[again]": [WRITE, WRITE],
     "[once]": [WRITE],
 }  # runs it again after an error, or not
-UNAVAILABLE = "bash: echo: Resource temporarily unavailable"
+EXIT_CODE, UNAVAILABLE = failed(WRITE["command"])
+# What the agent says of it to the model: the warm start's recovery demonstrations show this.
+SEEN = tool_message("x", {"exit_code": EXIT_CODE, "stdout": "", "stderr": UNAVAILABLE,
+                          "timed_out": False})["content"]  # fmt: skip
 
 
 def _run(
@@ -82,7 +87,8 @@ def test_the_first_command_fails_once_and_a_policy_that_runs_it_again_recovers(
         calls = completions_of(events, record.rollout_id)
         request = json.loads(calls[1].request_body or "{}")
         results = [m["content"] for m in request["messages"] if m["role"] == "tool"]
-        assert UNAVAILABLE in results[0] and "exit code: 126" in results[0], (name, results)
+        assert results[0] == SEEN, (name, results)
+        assert "bash: echo: Resource temporarily unavailable" in SEEN and "exit code: 126" in SEEN
         if name == "again":  # the second run of the same command was not faulted
             later = json.loads(calls[2].request_body or "{}")
             last = [m["content"] for m in later["messages"] if m["role"] == "tool"][-1]

@@ -13,6 +13,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -67,6 +68,9 @@ def check_run(
     job's by default)."""
     summary = json.loads((out / "summary.json").read_text())
     assert summary["updates"] == updates and summary["policy_version"] == updates
+    # The summary says which faults were injected into training (none, unless configured).
+    rates = tomllib.loads((out / "config.toml").read_text()).get("faults", {}).get("rates", {})
+    assert summary["faults"] == {k: r for k, r in rates.items() if r > 0}
     # Held-out evaluations at the initial and the final policy, recorded.
     assert sorted(int(v) for v in summary["heldout"]) == [0, updates]
     assert (out / "curves.png").stat().st_size > 0

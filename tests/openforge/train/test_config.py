@@ -105,6 +105,18 @@ def test_every_field_has_a_default_and_a_description() -> None:
         ({"faults": {"rates": {"http_503": 0.7, "stream_cut": 0.5}}}, "add up to 1.2"),
         (
             {
+                "faults": {"rates": {"command_fails_once": 0.5}},
+                "rollouts": {"backend": "kubernetes"},
+            },
+            "the kubernetes backend does not inject sandbox faults",
+        ),
+        (
+            {"warm_start": {"recipe": "harness-traffic", "recovery_fraction": 0.3}},
+            "recovery_fraction is the echo-words recipe's",
+        ),
+        ({"warm_start": {"recovery_fraction": 1.5}}, "recovery_fraction must be within [0, 1]"),
+        (
+            {
                 "harness": {"name": "browser", "observation": "screenshot"},
                 "model": {"base": "tiny-vlm"},
                 "warm_start": {"recipe": "none"},

@@ -20,7 +20,6 @@ from transformers import AutoTokenizer
 from infra.eventlog import EVENTS_TOPIC, records_in
 from infra.harnesses import HARNESSES, NpmHarness, PromptProfile
 from openforge.stack import tiny_model
-from openforge.train.config import WarmStartRecipe, WarmStartSection
 from openforge.train.demonstrations import Demonstration, DemoSettings, _kept, record
 from openforge.train.harness_warmstart import (
     Best,
@@ -32,6 +31,7 @@ from openforge.train.harness_warmstart import (
     harness_warm_start,
 )
 from openforge.train.teacher import TARGET
+from openforge.train.warm_start_config import WarmStartRecipe, WarmStartSection
 from orchestrator.rundir import RolloutOutcome, Status
 from schemas.completion import CompletionEvent
 from schemas.delta import Reconstructor

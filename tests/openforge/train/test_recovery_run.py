@@ -49,12 +49,14 @@ def test_the_recovery_config_trains_with_faults_and_evaluates_clean_and_faulted(
     done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=1100)
     assert done.returncode == 0, (done.stdout + done.stderr)[-6000:]
     assert "held-out reward with a sandbox fault in each rollout" in done.stdout, done.stdout
+    assert "faults were injected into the training rollouts: command_fails_once 0.5" in done.stdout
     run = ROOT / OUT
     check_run(run, f"local:{run / 'log'}", per_update=16, updates=1)
     # Each evaluation at versions 0 and 1, clean and faulted: 2 tasks x 2 samples.
     assert _versions(run / "eval.csv") == _versions(run / "eval-faulted.csv") == {0: 4, 1: 4}
     summary = json.loads((run / "summary.json").read_text())
     assert sorted(summary["heldout_faulted"]) == ["0", "1"]
+    assert summary["faults"] == {"command_fails_once": 0.5}
 
     with open_reader(f"local:{run / 'log'}", [EVENTS_TOPIC], "recovery-check") as reader:
         records = [e for rec in reader.poll(100_000, 2.0) for e in decode_message(rec.value)]
