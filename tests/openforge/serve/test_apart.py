@@ -149,8 +149,7 @@ def _check(
     url: str, out: Path, report: TrafficReport, restarts: dict[str, int], served: int, late: str
 ) -> None:
     counts = report.counts()
-    why = [(r.plan.session, r.errors, r.feedback_error) for r in report.results
-           if r.failed or r.feedback_error]  # fmt: skip
+    why = report.failures()
     assert counts["calls_failed"] == 0 and counts["feedback_failed"] == 0, (counts, why)
     assert counts["feedback_posted"] >= 3 and counts["feedback_never"] >= 1, counts
     assert counts["feedback_by_response"] >= 1, counts  # by response id, as well as by session
